@@ -1,0 +1,53 @@
+"""The one error type users see.
+
+A ``SpecError`` is a problem in the user's input, never a bug in mxc: the CLI prints it as
+``file:line: key.path: message (suggestion)`` and exits 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SpecError:
+    file: str
+    line: int | None
+    key: str
+    message: str
+    suggestion: str = ""
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        key = f" {self.key}:" if self.key else ""
+        hint = f" ({self.suggestion})" if self.suggestion else ""
+        return f"{where}:{key} {self.message}{hint}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "key": self.key,
+            "message": self.message,
+            "suggestion": self.suggestion,
+        }
+
+
+class SpecErrors(Exception):
+    """One or more problems found in a spec; raised once, after collecting all of them."""
+
+    def __init__(self, errors: Iterable[SpecError]) -> None:
+        self.errors = sorted(errors, key=lambda e: (e.file, e.line or 0, e.key, e.message))
+        super().__init__("\n".join(str(e) for e in self.errors))
+
+    @classmethod
+    def one(cls, file: str, line: int | None, key: str, message: str, suggestion: str = "") -> SpecErrors:
+        return cls([SpecError(file, line, key, message, suggestion)])
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """SkyPilot-style hint for a misspelled key or value; empty when nothing is close."""
+    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else ""

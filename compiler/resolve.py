@@ -1,0 +1,110 @@
+"""``extends`` and ``--set``: turn a spec file and its parents into one document.
+
+Merge rule (the only one): mappings merge key by key, recursively, later wins; lists and
+scalars are replaced whole. ``extends`` paths are relative to the file that names them;
+parents merge in the order listed, then the file itself, then ``--set`` overrides.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from typing import Any
+
+from mxc.compiler.errors import SpecError, SpecErrors
+from mxc.compiler.loader import Loaded, Path, decode, load_yaml, parse_value
+
+Reader = Callable[[str], bytes]
+"""Returns a file's bytes; raises OSError (FileNotFoundError, ...) when it cannot."""
+
+SET_SOURCE = "--set"
+
+
+def resolve(path: str, read: Reader, overrides: tuple[str, ...] = ()) -> Loaded:
+    """Load ``path`` with its ``extends`` chain merged and ``overrides`` applied."""
+    merged = _load_tree(posixpath.normpath(path), read, chain=(), referrer=None)
+    errors: list[SpecError] = []
+    for expr in overrides:
+        try:
+            _apply_override(merged, expr)
+        except SpecErrors as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise SpecErrors(errors)
+    return merged
+
+
+def _load_tree(path: str, read: Reader, chain: tuple[str, ...], referrer: tuple[str, int] | None) -> Loaded:
+    if path in chain:
+        cycle = " -> ".join((*chain[chain.index(path):], path))
+        file, line = referrer or (path, 1)
+        raise SpecErrors.one(file, line, "extends", f"extends cycle: {cycle}", "remove one of the links")
+    try:
+        raw = read(path)
+    except FileNotFoundError:
+        file, line = referrer or (path, None)  # type: ignore[assignment]
+        raise SpecErrors.one(
+            file, line, "extends" if referrer else "", f"file not found: {path}",
+            "paths in 'extends' are relative to the spec that names them" if referrer else "",
+        ) from None
+    except OSError as exc:
+        raise SpecErrors.one(path, None, "", f"cannot read: {exc.strerror or exc}") from None
+    doc = load_yaml(path, decode(path, raw))
+    parents = doc.data.pop("extends", None)
+    if parents is None:
+        return doc
+    ext_line = doc.lines.get(("extends",), (path, 1))
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        raise SpecErrors.one(path, ext_line[1], "extends", "expected a path or a list of paths")
+    base = Loaded({}, {})
+    for parent in parents:
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(path), parent))
+        _merge_into(base, _load_tree(target, read, (*chain, path), ext_line))
+    _merge_into(base, doc)
+    return base
+
+
+def _merge_into(base: Loaded, top: Loaded) -> None:
+    base.data = _merge(base.data, top.data)
+    for key, where in top.lines.items():
+        base.lines[key] = where
+
+
+def _merge(a: Any, b: Any) -> Any:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for key, value in b.items():
+            out[key] = _merge(a[key], value) if key in a else value
+        return out
+    return b
+
+
+def _apply_override(doc: Loaded, expr: str) -> None:
+    key, sep, text = expr.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise SpecErrors.one(SET_SOURCE, None, key, f"expected KEY.PATH=VALUE, got {expr!r}",
+                             "for example --set model.overrides.steps=20")
+    value = parse_value(f"{SET_SOURCE} {key}", text)
+    node: Any = doc.data
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: depth + 1])
+            raise SpecErrors.one(SET_SOURCE, None, key, f"{where} is a {type(child).__name__}, not a mapping")
+        node = child
+    node[parts[-1]] = value
+    doc.lines[tuple(parts)] = (f"{SET_SOURCE} {key}", 0)
+
+
+def line_of(doc: Loaded, path: Path) -> tuple[str, int | None]:
+    """The file and line of the closest key on ``path`` (the key itself, else its parents)."""
+    for end in range(len(path), -1, -1):
+        where = doc.lines.get(tuple(path[:end]))
+        if where is not None:
+            return where[0], (where[1] or None)
+    return "", None

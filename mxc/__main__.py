@@ -1,0 +1,3 @@
+from mxc.cli.main import main
+
+raise SystemExit(main())

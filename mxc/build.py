@@ -1,0 +1,16 @@
+"""The filesystem edge of the compiler: read spec files, compile, store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mxc import __version__
+from mxc.compiler import Bundle, compile_spec
+
+
+def read_file(path: str) -> bytes:
+    return Path(path).read_bytes()
+
+
+def compile_file(path: str, overrides: tuple[str, ...] = ()) -> Bundle:
+    return compile_spec(path, read_file, overrides, mxc_version=__version__)

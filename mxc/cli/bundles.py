@@ -1,0 +1,175 @@
+"""Bundle commands: build, ls, show, diff, verify, schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mxc.cli.common import add_command, add_json, print_json, store, table
+
+
+def register(sub: Any) -> None:
+    p = add_command(sub, "build", "compile a spec into a hash-addressed bundle in the store",
+                    "mxc build specs/70b.yaml --set model.overrides.steps=20", _build)
+    p.add_argument("spec", help="spec file (YAML)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a spec field (repeatable; part of the hash)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the hash")
+    add_json(p)
+
+    p = add_command(sub, "ls", "list the bundles in the store", "mxc ls --json", _ls)
+    add_json(p)
+
+    p = add_command(sub, "show", "show a stored bundle (by any unique hash prefix)",
+                    "mxc show 3f9a\nmxc show 3f9a --file job.sbatch", _show)
+    p.add_argument("bundle", help="bundle hash or unique prefix")
+    p.add_argument("--file", help="print this bundle file instead of the summary")
+    add_json(p)
+
+    p = add_command(sub, "diff", "show what differs between two specs or bundles, field by field",
+                    "mxc diff specs/70b.yaml specs/70b-fp8.yaml\nmxc diff 3f9a 7c1e", _diff)
+    p.add_argument("old", help="spec file or bundle hash prefix")
+    p.add_argument("new", help="spec file or bundle hash prefix")
+    add_json(p)
+
+    p = add_command(sub, "verify", "recompute every hash of a stored bundle; exit 1 naming what changed",
+                    "mxc verify 3f9a\nmxc verify --all", _verify)
+    p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix")
+    p.add_argument("--all", action="store_true", help="verify every bundle in the store")
+    add_json(p)
+
+    p = add_command(sub, "schema", "print the spec's JSON Schema (for editors and docs)",
+                    "mxc schema > mxc-spec.schema.json", _schema)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from mxc.build import compile_file
+
+    bundle = compile_file(args.spec, tuple(args.overrides))
+    st = store()
+    stored, created = st.put(bundle.files, bundle.hash)
+    st.set_last(bundle.hash)
+    if args.json:
+        print_json({"hash": bundle.hash, "path": str(stored.path), "created": created,
+                    "name": bundle.spec.name, "files": sorted(bundle.files)})
+    else:
+        if not args.quiet:
+            state = "built" if created else "unchanged, already in the store"
+            print(f"{bundle.spec.name}: {state}: {stored.path}", file=sys.stderr)
+        print(bundle.hash)
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    st = store()
+    rows = []
+    for digest in st.hashes():
+        bundle = st.get(digest)
+        spec = bundle.spec()
+        rows.append({
+            "hash": digest,
+            "name": spec["name"],
+            "model": spec["model"]["model_name"],  # type: ignore[index]
+            "backend": spec["runtime"]["backend"],  # type: ignore[index]
+            "container": spec["runtime"]["container"],  # type: ignore[index]
+            "nodes": spec["resources"]["nodes"],  # type: ignore[index]
+        })
+    if args.json:
+        print_json(rows)
+    elif rows:
+        print(table([[r["hash"][:12], r["name"], r["model"], r["backend"], r["container"], str(r["nodes"])]
+                     for r in rows], ["HASH", "NAME", "MODEL", "BACKEND", "CONTAINER", "NODES"]))
+    else:
+        print("no bundles yet: mxc build specs/tiny.yaml", file=sys.stderr)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from mxc.compiler.manifest import MANIFEST, manifest_files
+    from mxc.errors import UserError
+
+    bundle = store().get(args.bundle)
+    files = manifest_files(bundle.read(MANIFEST))
+    if args.file:
+        if args.file not in files and args.file != MANIFEST:
+            raise UserError(f"bundle {bundle.hash[:12]} has no file '{args.file}'",
+                            "files: " + ", ".join(sorted(files)))
+        sys.stdout.write(bundle.read(args.file))
+        return 0
+    spec = bundle.spec()
+    if args.json:
+        print_json({"hash": bundle.hash, "path": str(bundle.path), "files": files, "spec": spec})
+        return 0
+    print(f"bundle  {bundle.hash}\npath    {bundle.path}\nname    {spec['name']}\nfiles")
+    for name, digest in sorted(files.items()):
+        print(f"  {digest[:12]}  {name}")
+    print("spec")
+    print("  " + json.dumps(spec, indent=2, sort_keys=True).replace("\n", "\n  "))
+    return 0
+
+
+def _load_side(ref: str) -> tuple[dict[str, Any], dict[str, str], str]:
+    """A diff side: (resolved spec, manifest files, label) from a spec path or a bundle prefix."""
+    from mxc.compiler.manifest import MANIFEST, manifest_files
+
+    if Path(ref).is_file() or ref.endswith((".yaml", ".yml")):
+        from mxc.build import compile_file
+
+        bundle = compile_file(ref)
+        return json.loads(bundle.files["spec.json"]), manifest_files(bundle.files[MANIFEST]), ref
+    stored = store().get(ref)
+    return stored.spec(), manifest_files(stored.read(MANIFEST)), stored.hash[:12]
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from mxc.compiler.diff import diff_files, diff_specs
+
+    old_spec, old_files, old_label = _load_side(args.old)
+    new_spec, new_files, new_label = _load_side(args.new)
+    changes = diff_specs(old_spec, new_spec)
+    files = diff_files(old_files, new_files)
+    if args.json:
+        print_json({"old": old_label, "new": new_label, "changes": [c.as_dict() for c in changes],
+                    "files": files})
+    elif not changes and not files:
+        print(f"no differences between {old_label} and {new_label}")
+    else:
+        print(f"--- {old_label}\n+++ {new_label}")
+        for change in changes:
+            print(change)
+        if files:
+            print("bundle files that differ: " + ", ".join(files))
+    return 1 if changes or files else 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from mxc.errors import UserError
+
+    st = store()
+    if args.all:
+        targets = [st.get(h) for h in st.hashes()]
+    elif args.bundle:
+        targets = [st.get(args.bundle)]
+    else:
+        raise UserError("name a bundle or pass --all", "mxc verify 3f9a")
+    report = {b.hash: st.verify(b) for b in targets}
+    if args.json:
+        print_json({h: {"ok": not p, "problems": p} for h, p in report.items()})
+    else:
+        for digest, problems in report.items():
+            if problems:
+                for problem in problems:
+                    print(f"{digest[:12]}: {problem}")
+            else:
+                print(f"{digest[:12]}: ok")
+    return 1 if any(report.values()) else 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from mxc.compiler.schema import JobSpec
+
+    print(json.dumps(JobSpec.model_json_schema(by_alias=True), indent=2, sort_keys=True))
+    return 0

@@ -1,0 +1,68 @@
+"""``mxc``: argument parsing and the one place errors become exit codes.
+
+Command modules register their subcommands; each imports what it needs inside its
+handler, so ``mxc --help`` and ``mxc build`` never pay for jax, ray or maxtext.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from mxc import __version__
+
+# One module per group of commands; each has register(subparsers).
+COMMAND_MODULES = ("mxc.cli.bundles",)
+
+DESCRIPTION = """\
+Compile MaxText training job specs into immutable, hash-addressed bundles, and run them.
+
+  mxc build specs/tiny.yaml     compile a spec; prints the bundle hash last
+  mxc ls                        bundles in the store ($MXC_HOME, default ~/.mxc)
+  mxc show 3f9a                 a bundle by any unique hash prefix
+  mxc diff A B                  what differs between two specs or bundles
+  mxc verify 3f9a               recompute every hash of a stored bundle
+
+Exit codes: 0 success, 1 a check found a difference or a problem, 2 bad input.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mxc", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"mxc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    from mxc.compiler.errors import SpecErrors
+    from mxc.errors import UserError
+
+    try:
+        code: int = args.handler(args)
+        return code
+    except SpecErrors as exc:
+        for err in exc.errors:
+            print(err, file=sys.stderr)
+        n = len(exc.errors)
+        print(f"mxc: {n} problem{'s' if n != 1 else ''} in the spec; nothing was written", file=sys.stderr)
+        return 2
+    except UserError as exc:
+        print(f"mxc: error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("mxc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
