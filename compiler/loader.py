@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-
 from mxc.compiler.errors import SpecError, SpecErrors
 
 Path = tuple[str | int, ...]
@@ -31,11 +30,12 @@ class Loaded:
 class _StrictLoader(yaml.SafeLoader):
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise yaml.MarkedYAMLError(
                 problem="YAML aliases (*name) are not allowed in mxc specs", problem_mark=event.start_mark
             )
-        node: yaml.Node = super().compose_node(parent, index)  # type: ignore[no-untyped-call]
+        node: yaml.Node | None = super().compose_node(parent, index)
+        assert node is not None
         return node
 
 
@@ -64,7 +64,7 @@ def load_yaml(name: str, text: str) -> Loaded:
     except yaml.YAMLError as exc:
         raise SpecErrors.one(name, None, "", f"YAML: {exc}") from None
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
     if node is None:
         raise SpecErrors.one(name, 1, "", "the spec is empty", "start with 'schema: mxc/v1'")
     if not isinstance(node, yaml.MappingNode):
@@ -114,7 +114,7 @@ def _build(
 def _scalar(node: yaml.Node, loader: _StrictLoader) -> Any:
     if not isinstance(node, yaml.ScalarNode):
         return None  # complex keys; reported by the caller as non-string
-    value = loader.construct_object(node, deep=True)  # type: ignore[no-untyped-call]
+    value = loader.construct_object(node, deep=True)
     if isinstance(value, (_dt.date, _dt.datetime)):
         return node.value
     if isinstance(value, (int, float)) and not isinstance(value, bool) and ":" in node.value:
@@ -132,7 +132,7 @@ def parse_value(name: str, text: str) -> Any:
     except yaml.YAMLError:
         return text  # not YAML: take it literally
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
     if node is None:
         return None
     errors: list[SpecError] = []

@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 import jinja2
-
 from mxc.compiler.schema import JobSpec, Scalar
 
 TEMPLATE_VERSION = "1"

@@ -9,10 +9,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
-
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 SCHEMA_VERSION = "mxc/v1"
 
@@ -25,6 +24,7 @@ SlurmTime = Annotated[
     str, StringConstraints(pattern=r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$|^\d+-\d+$")
 ]
 Port = Annotated[int, Field(ge=1024, le=65535)]
+Interface = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
 # A value that lands on an #SBATCH line: sbatch parses those itself, so no quoting can help;
 # forbid whitespace and shell metacharacters instead.
 SlurmToken = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:@%+=\[\]|&!*()/-]+$")]
@@ -160,11 +160,11 @@ class Runtime(Strict):
 
     backend: Literal["local", "slurm"] = Field("local", description="local: this machine; slurm: sbatch")
     container: Literal["apptainer", "podman", "native"] = Field("native", description="how the training process is isolated")
-    timeouts: Timeouts = Field(default_factory=Timeouts)  # type: ignore[arg-type]
-    preflight: Preflight = Field(default_factory=Preflight)  # type: ignore[arg-type]
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    preflight: Preflight = Field(default_factory=Preflight)
     python: str = Field("python3", description="interpreter for native runs (on PATH or absolute)")
     modules: list[str] = Field(default_factory=list, description="environment modules loaded on each node (`module load`)")
-    network_interface: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")] | None = Field(None, description="NCCL/RCCL socket interface; default: chosen on the node")
+    network_interface: Interface | None = Field(None, description="NCCL/RCCL socket interface; default: chosen on the node")
     signal_seconds: int = Field(300, ge=10, description="USR2 this many seconds before the time limit, to checkpoint")
     mounts: list[Annotated[str, StringConstraints(pattern=r"^/[^:]*:/[^:]*(:ro)?$")]] = Field(
         default_factory=list, description="container bind mounts, /host:/container[:ro]"
@@ -202,12 +202,12 @@ class JobSpec(Strict):
     image: Image | None = Field(None, description="container image; none for runtime.container: native")
     code: Code
     model: Model
-    env: Env = Field(default_factory=Env)  # type: ignore[arg-type]
-    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
-    runtime: Runtime = Field(default_factory=Runtime)  # type: ignore[arg-type]
-    observability: Observability = Field(default_factory=Observability)  # type: ignore[arg-type]
-    checkpoint: Checkpoint = Field(default_factory=Checkpoint)  # type: ignore[arg-type]
-    restart: Restart = Field(default_factory=Restart)  # type: ignore[arg-type]
+    env: Env = Field(default_factory=Env)
+    resources: Resources = Field(default_factory=Resources)
+    runtime: Runtime = Field(default_factory=Runtime)
+    observability: Observability = Field(default_factory=Observability)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    restart: Restart = Field(default_factory=Restart)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from mxc.compiler.errors import SpecError, SpecErrors, did_you_mean
 from mxc.compiler.loader import Loaded, Path
 from mxc.compiler.resolve import line_of
 from mxc.compiler.schema import JobSpec
+from pydantic import BaseModel, ValidationError
 
 _KEYED_MESSAGE = re.compile(r"^(?:Value error, )?([a-z_][a-z0-9_.]*): (.*)$", re.S)
 
@@ -40,7 +39,8 @@ def _to_spec_error(doc: Loaded, err: Any, main_file: str) -> SpecError:
         suggestion = did_you_mean(str(err.get("input")), choices)
         message = f"expected one of {expected}, got {err.get('input')!r}"
     elif kind == "string_pattern_mismatch":
-        message = f"{_PATTERN_HINTS.get(loc[-1] if loc else '', 'does not match ' + err['ctx']['pattern'])}, got {err.get('input')!r}"
+        hint = _PATTERN_HINTS.get(str(loc[-1]) if loc else "", "does not match " + err["ctx"]["pattern"])
+        message = f"{hint}, got {err.get('input')!r}"
     else:
         keyed = _KEYED_MESSAGE.match(message)
         if keyed and kind == "value_error":

@@ -1,0 +1,74 @@
+"""The run record: plain JSON anyone can read and diff, with a schema version.
+
+Written atomically at start, on every state change while the run is live, and once more
+at the end; after ``final`` is true it is never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mxc.fsutil import write_atomic
+
+RECORD_VERSION = "mxc-run/v1"
+
+Status = Literal["starting", "running", "succeeded", "failed", "cancelled", "hung", "submitted", "queued"]
+FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "hung"})
+
+
+class Attempt(BaseModel):
+    """One start of the training process (the first, or a restart from a checkpoint)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    number: int
+    started: str
+    ended: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    reason: str | None = None
+    resumed_from_step: int | None = None
+    last_step: int | None = None
+
+
+class RunRecord(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    format: str = RECORD_VERSION
+    run_id: str
+    bundle: str
+    spec_name: str
+    backend: str
+    status: Status
+    final: bool = False
+    started: str
+    ended: str | None = None
+    exit_code: int | None = None
+    restarts: int = 0
+    attempts: list[Attempt] = Field(default_factory=list)
+    command: list[str] = Field(default_factory=list)
+    environment: dict[str, str] = Field(default_factory=dict)
+    host: dict[str, Any] = Field(default_factory=dict)
+    code: dict[str, Any] = Field(default_factory=dict)
+    image: dict[str, Any] = Field(default_factory=dict)
+    steps: int | None = None
+    last_loss: float | None = None
+    slurm: dict[str, Any] | None = None
+    observability: dict[str, Any] | None = None
+    rerun_of: str | None = None
+    message: str | None = None
+
+    def save(self, path: Path) -> None:
+        if path.exists():
+            old = json.loads(path.read_text("utf-8"))
+            if old.get("final"):
+                raise RuntimeError(f"{path} is final and must not be rewritten")
+        write_atomic(path, self.model_dump_json(indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> RunRecord:
+        return cls.model_validate_json(path.read_text("utf-8"))

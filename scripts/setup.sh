@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# setup.sh [--test] - install what mxc needs on a fresh Debian 12 machine (idempotent).
+#   default: a Python 3.12 venv in .venv with mxc and the training/observability stack
+#   --test:  also the system services and tools the test suite starts for real
+#            (Slurm + munge, Prometheus, Podman, a registry, shellcheck, node for CUE)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want_test=0
+[ "${1:-}" = --test ] && want_test=1
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+APT_RUN=(git ca-certificates procps iproute2)
+APT_TEST=(shellcheck slurmctld slurmd slurm-client munge prometheus podman buildah skopeo
+          docker-registry nix-bin nodejs npm gdb)
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "apt-get install ${missing[*]}"
+  local sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  # No init system here: keep maintainer scripts from starting services.
+  local policy=/usr/sbin/policy-rc.d added=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null; "${sudo[@]}" chmod +x "$policy"; added=1
+  fi
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  if [ "$added" = 1 ]; then "${sudo[@]}" rm -f "$policy"; fi
+}
+
+apt_install "${APT_RUN[@]}"
+[ "$want_test" = 1 ] && apt_install "${APT_TEST[@]}"
+
+# MaxText needs Python >= 3.12.
+python=""
+for candidate in "${MXC_PYTHON312:-}" /root/.pyenv/versions/3.12.1/bin/python3 python3.12 python3; do
+  [ -n "$candidate" ] || continue
+  if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+    python=$candidate; break
+  fi
+done
+[ -n "$python" ] || { log "no Python >= 3.12 found; set MXC_PYTHON312=/path/to/python3.12"; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv with $python"
+  "$python" -m venv .venv
+fi
+extras="train,observe,images"
+[ "$want_test" = 1 ] && extras="$extras,dev"
+log "pip install -e .[$extras] (first time: a few minutes)"
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[$extras]"
+log "ready: .venv/bin/mxc"
