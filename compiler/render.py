@@ -45,6 +45,11 @@ _ENV = jinja2.Environment(
 _ENV.filters["sq"] = sq
 
 
+def cache_templates(directory: str) -> None:
+    """Keep compiled templates between processes (an edge decides where); output is unchanged."""
+    _ENV.bytecode_cache = jinja2.FileSystemBytecodeCache(directory)
+
+
 def xla_flags(spec: JobSpec) -> str:
     return " ".join(f"--{k}={scalar_text(v)}" for k, v in sorted(spec.env.xla_flags.items()))
 

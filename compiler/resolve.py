@@ -87,7 +87,7 @@ def _apply_override(doc: Loaded, expr: str) -> None:
     if not sep or not all(parts):
         raise SpecErrors.one(SET_SOURCE, None, key, f"expected KEY.PATH=VALUE, got {expr!r}",
                              "for example --set model.overrides.steps=20")
-    value = parse_value(f"{SET_SOURCE} {key}", text)
+    value = parse_value(SET_SOURCE, text)
     node: Any = doc.data
     for depth, part in enumerate(parts[:-1]):
         child = node.get(part)
@@ -98,7 +98,7 @@ def _apply_override(doc: Loaded, expr: str) -> None:
             raise SpecErrors.one(SET_SOURCE, None, key, f"{where} is a {type(child).__name__}, not a mapping")
         node = child
     node[parts[-1]] = value
-    doc.lines[tuple(parts)] = (f"{SET_SOURCE} {key}", 0)
+    doc.lines[tuple(parts)] = (SET_SOURCE, 0)
 
 
 def line_of(doc: Loaded, path: Path) -> tuple[str, int | None]:

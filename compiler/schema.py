@@ -4,7 +4,6 @@ Models are frozen and forbid unknown keys: a typo must fail at review time, not 
 ignored on the cluster. Field descriptions feed ``mxc schema`` and docs/spec-reference.md.
 """
 
-from __future__ import annotations
 
 import re
 from typing import Annotated, Literal, Self
@@ -185,11 +184,15 @@ class Observability(Strict):
 
 
 class Checkpoint(Strict):
+    """MaxText checkpoints: what automatic restart and Slurm requeue resume from."""
+
     dir: str | None = Field(None, description="where checkpoints go (default: inside the run directory)")
     period: int = Field(0, ge=0, description="steps between checkpoints; 0 disables checkpointing")
 
 
 class Restart(Strict):
+    """How often a failed or preempted run is restarted from its last checkpoint."""
+
     max: int = Field(0, ge=0, description="automatic restarts from the last checkpoint before giving up")
 
 

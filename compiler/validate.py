@@ -11,7 +11,7 @@ from mxc.compiler.resolve import line_of
 from mxc.compiler.schema import JobSpec
 from pydantic import BaseModel, ValidationError
 
-_KEYED_MESSAGE = re.compile(r"^(?:Value error, )?([a-z_][a-z0-9_.]*): (.*)$", re.S)
+_KEYED_MESSAGE = re.compile(r"^([a-z_][a-z0-9_.]*): (.*)$", re.S)
 
 
 def validate(doc: Loaded, main_file: str) -> JobSpec:
@@ -41,16 +41,15 @@ def _to_spec_error(doc: Loaded, err: Any, main_file: str) -> SpecError:
     elif kind == "string_pattern_mismatch":
         hint = _PATTERN_HINTS.get(str(loc[-1]) if loc else "", "does not match " + err["ctx"]["pattern"])
         message = f"{hint}, got {err.get('input')!r}"
-    else:
+    elif kind == "value_error":
+        message = message.removeprefix("Value error, ")
         keyed = _KEYED_MESSAGE.match(message)
-        if keyed and kind == "value_error":
+        if keyed:  # a model-level check names the key it is about: "image: required ..."
             loc = (*loc, *keyed.group(1).split("."))
             message = keyed.group(2)
-        elif "input" in err and not isinstance(err["input"], dict):
-            message = f"{_lower_first(message)}, got {err['input']!r}"
+    elif "input" in err and not isinstance(err["input"], dict):
+        message = f"{_lower_first(message)}, got {err['input']!r}"
     file, line = line_of(doc, loc)
-    if file.startswith("--set"):
-        file, line = file, None
     return SpecError(file or main_file, line, ".".join(str(p) for p in loc), _lower_first(message), suggestion)
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from mxc import __version__
 from mxc.compiler import Bundle, compile_spec
+from mxc.fsutil import mxc_home
 
 
 def read_file(path: str) -> bytes:
@@ -13,4 +14,12 @@ def read_file(path: str) -> bytes:
 
 
 def compile_file(path: str, overrides: tuple[str, ...] = ()) -> Bundle:
+    from mxc.compiler.render import cache_templates
+
+    cache = mxc_home() / "cache" / f"templates-{__version__}"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        cache_templates(str(cache))
+    except OSError:
+        pass  # a read-only home only costs speed
     return compile_spec(path, read_file, overrides, mxc_version=__version__)

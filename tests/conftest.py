@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.slurm_cluster import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "specs"
@@ -44,3 +48,14 @@ def store_snapshot(home: Path) -> list[str]:
     if not home.exists():
         return []
     return sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A real throw-away Slurm cluster for the whole session: munged, slurmctld and 2 slurmd
+    emulating node1 and node2, 4 fake GPUs each (tests/slurm_cluster.py). Free ports, private
+    directory; stopped (by pid) at the end. MXC_KEEP_SLURM=1 keeps its logs."""
+    from tests.slurm_cluster import running_cluster
+
+    with running_cluster(nodes=2, gpus=4) as cluster:
+        yield cluster

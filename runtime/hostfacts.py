@@ -1,0 +1,140 @@
+"""What a run ran on, and how this machine differs from it (drift before a rerun).
+
+Library versions are read from the *training* interpreter in a subprocess through
+``importlib.metadata``: mxc never imports jax (slow, and possibly a different Python than
+the one training uses). The full ``name==version`` list is hashed into an environment
+digest, the native-run equivalent of an image digest or a lockfile hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+KEY_PACKAGES = ("jax", "jaxlib", "maxtext", "flax", "optax", "orbax-checkpoint", "numpy")
+
+# Runs in the training interpreter; prints one JSON object. Never imports jax.
+_PROBE = r"""
+import importlib.metadata as md, json, sys, importlib.util
+dists = {}
+for d in md.distributions():
+    name = (d.metadata["Name"] or "").lower().replace("_", "-")
+    if name:
+        dists[name] = d.version
+spec = importlib.util.find_spec("maxtext")
+print(json.dumps({
+    "executable": sys.executable,
+    "version": sys.version.split()[0],
+    "packages": dists,
+    "maxtext_location": (list(spec.submodule_search_locations or []) or [spec.origin])[0] if spec else None,
+}))
+"""
+
+
+def python_facts(python: str, timeout: float = 60.0) -> dict[str, Any]:
+    """Version facts of an interpreter; ``{"error": ...}`` when it cannot be asked."""
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"{python}: {exc}"}
+    if proc.returncode != 0:
+        return {"error": f"{python}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}"}
+    data: dict[str, Any] = json.loads(proc.stdout)
+    packages: dict[str, str] = data.pop("packages")
+    listing = "".join(f"{k}=={v}\n" for k, v in sorted(packages.items()))
+    data["packages"] = {k: packages[k] for k in KEY_PACKAGES if k in packages}
+    data["environment_digest"] = "sha256:" + hashlib.sha256(listing.encode()).hexdigest()
+    data["all_packages"] = dict(sorted(packages.items()))
+    return data
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpus(timeout: float = 10.0) -> list[str]:
+    """GPU names from nvidia-smi or rocm-smi when present; [] on a CPU machine."""
+    commands = []
+    if shutil.which("nvidia-smi"):
+        commands.append(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    if shutil.which("rocm-smi"):
+        commands.append(["rocm-smi", "--showproductname", "--csv"])
+    names: list[str] = []
+    for cmd in commands:
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        names += [line.strip() for line in out.splitlines() if line.strip() and not line.startswith("device")]
+    return names
+
+
+def collect(python: str | None) -> dict[str, Any]:
+    """Host facts for record.json; ``python`` is the training interpreter (None: inside a container)."""
+    facts: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "cpu": {"model": cpu_model(), "count": os.cpu_count()},
+        "gpus": gpus(),
+    }
+    if python:
+        facts["python"] = python_facts(python)
+    return facts
+
+
+@dataclass(frozen=True)
+class Drift:
+    what: str
+    recorded: Any
+    now: Any
+    significant: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.recorded} -> {self.now}"
+
+
+def compare(recorded: dict[str, Any], current: dict[str, Any]) -> list[Drift]:
+    """Differences that can change results (versions, CPU/GPU, image, code) plus the hostname (informational).
+
+    Both arguments are ``{"host": ..., "image": ..., "code": ...}`` as in record.json.
+    """
+    drifts: list[Drift] = []
+    rh, ch = recorded.get("host", {}), current.get("host", {})
+    if rh.get("hostname") != ch.get("hostname"):
+        drifts.append(Drift("hostname", rh.get("hostname"), ch.get("hostname"), significant=False))
+    for key in ("model", "count"):
+        old, new = rh.get("cpu", {}).get(key), ch.get("cpu", {}).get(key)
+        if old != new:
+            drifts.append(Drift(f"cpu {key}", old, new))
+    if rh.get("gpus", []) != ch.get("gpus", []):
+        drifts.append(Drift("gpus", rh.get("gpus") or "none", ch.get("gpus") or "none"))
+    rp, cp = rh.get("python") or {}, ch.get("python") or {}
+    if rp.get("version") != cp.get("version"):
+        drifts.append(Drift("python", rp.get("version"), cp.get("version")))
+    old_all, new_all = rp.get("all_packages", rp.get("packages", {})), cp.get("all_packages", cp.get("packages", {}))
+    for name in sorted(set(old_all) | set(new_all)):
+        if old_all.get(name) != new_all.get(name):
+            drifts.append(Drift(name, old_all.get(name, "not installed"), new_all.get(name, "not installed")))
+    for section in ("image", "code"):
+        old_s, new_s = recorded.get(section) or {}, current.get(section) or {}
+        for key in sorted(set(old_s) | set(new_s)):
+            if key in ("dir", "materialised"):
+                continue  # where the code lives is not what it is
+            if old_s.get(key) != new_s.get(key):
+                drifts.append(Drift(f"{section} {key}", old_s.get(key), new_s.get(key)))
+    return drifts

@@ -1,0 +1,105 @@
+"""Read MaxText's training log as it grows: completed steps, losses, restores.
+
+MaxText logs ``completed step: N, seconds: S, ..., loss: L, ...`` on stderr for every step
+(0-based, 3 decimals, one step late). The log is good enough for live progress; exact
+values come from the metrics file (``metrics_merge``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+STEP_LINE = re.compile(
+    r"completed step: (?P<step>\d+), seconds: (?P<seconds>[\d.]+)"
+    r"(?:, TFLOP/s/device: [\d.]+, Tokens/s/device: [\d.]+)?, total_weights: \S+, loss: (?P<loss>[^,\s]+)"
+)
+RESTORE_LINE = re.compile(r"restoring from this run's directory step (?P<step>\d+)")
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    step: int
+    loss: float
+    seconds: float
+
+
+def parse_step(line: str) -> StepEvent | None:
+    match = STEP_LINE.search(line)
+    if not match:
+        return None
+    try:
+        loss = float(match["loss"])
+    except ValueError:
+        loss = math.nan
+    return StepEvent(int(match["step"]), loss, float(match["seconds"]))
+
+
+@dataclass
+class LogFollower:
+    """Reads only what was appended since the last call; keeps a partial last line for later."""
+
+    path: Path
+    offset: int = 0
+    _partial: bytes = b""
+    last_step: StepEvent | None = None
+    restored_step: int | None = None
+    steps_seen: int = 0
+
+    def start_at_end(self) -> None:
+        """Ignore what is already in the log (an earlier attempt's lines)."""
+        try:
+            self.offset = self.path.stat().st_size
+        except FileNotFoundError:
+            self.offset = 0
+        self._partial = b""
+
+    def reset_attempt(self) -> None:
+        self.restored_step = None
+        self.steps_seen = 0
+
+    def poll(self, limit: int = 1 << 22) -> list[StepEvent]:
+        """New step events since the last poll (reads at most ``limit`` bytes per call)."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(limit)
+        except FileNotFoundError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        events: list[StepEvent] = []
+        for raw in lines:
+            if b"completed step" in raw:
+                event = parse_step(raw.decode("utf-8", "replace"))
+                if event:
+                    events.append(event)
+            elif b"restoring from this run" in raw:
+                match = RESTORE_LINE.search(raw.decode("utf-8", "replace"))
+                if match:
+                    self.restored_step = int(match["step"])
+        if events:
+            self.last_step = events[-1]
+            self.steps_seen += len(events)
+        return events
+
+
+def last_step_in_tail(path: Path, tail_bytes: int = 1 << 16) -> StepEvent | None:
+    """The last completed step in the end of a log: cheap status for live runs in `mxc runs`."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - tail_bytes))
+            text = fh.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    for line in reversed(text.splitlines()):
+        event = parse_step(line)
+        if event:
+            return event
+    return None

@@ -1,0 +1,54 @@
+"""Every spec's job.sbatch is accepted by a real slurmctld (``sbatch --test-only``), once its
+resources are adapted to the test cluster with ``mxc build --set``; an impossible request is not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RUNNABLE_SPECS, Mxc
+from tests.slurm_cluster import SlurmCluster
+
+pytestmark = pytest.mark.slurm
+
+
+def build(mxc: Mxc, spec: Path, *sets: str) -> Path:
+    out = mxc("build", "--json", str(spec), *sets)
+    assert out.returncode == 0, out.stderr
+    return Path(json.loads(out.stdout)["path"])
+
+
+def resource_sets(mxc: Mxc, spec: Path, cluster: SlurmCluster, nodes: int) -> list[str]:
+    """The spec's GPUs and CPUs capped at what a test node has, plus our partition and node count."""
+    resolved = json.loads((build(mxc, spec, "--set", "runtime.backend=slurm") / "spec.json").read_text())
+    res = resolved["resources"]
+    flags = [f"resources.nodes={nodes}", f"resources.partition={cluster.partition}", "runtime.backend=slurm"]
+    if res["gpus_per_node"] > cluster.gpus_per_node:
+        flags.append(f"resources.gpus_per_node={cluster.gpus_per_node}")
+    if (res.get("cpus_per_task") or 0) > cluster.cpus_per_node:
+        flags.append(f"resources.cpus_per_task={cluster.cpus_per_node}")
+    return [arg for flag in flags for arg in ("--set", flag)]
+
+
+def test_cluster_has_two_nodes_with_fake_gpus(slurm_cluster: SlurmCluster) -> None:
+    out = slurm_cluster.run("sinfo", "-h", "-N", "-o", "%N %T %G").stdout.split("\n")
+    assert sorted(line.split()[0] for line in out if line) == ["node1", "node2"]
+    assert all(line.split()[1] == "idle" and "gpu:4" in line for line in out if line)
+
+
+@pytest.mark.parametrize("spec", RUNNABLE_SPECS, ids=lambda p: p.stem)
+def test_sbatch_accepts_every_spec(spec: Path, mxc: Mxc, slurm_cluster: SlurmCluster) -> None:
+    bundle = build(mxc, spec, *resource_sets(mxc, spec, slurm_cluster, nodes=2))
+    out = slurm_cluster.run("sbatch", "--test-only", str(bundle / "job.sbatch"), check=False)
+    assert out.returncode == 0, out.stderr
+    assert "to start at" in out.stderr and "on nodes node[1-2]" in out.stderr, out.stderr
+
+
+def test_sbatch_rejects_too_many_nodes(mxc: Mxc, slurm_cluster: SlurmCluster) -> None:
+    spec = next(p for p in RUNNABLE_SPECS if p.stem == "tiny")
+    bundle = build(mxc, spec, *resource_sets(mxc, spec, slurm_cluster, nodes=3))
+    out = slurm_cluster.run("sbatch", "--test-only", str(bundle / "job.sbatch"), check=False)
+    assert out.returncode != 0
+    assert "Requested node configuration is not available" in out.stderr, out.stderr
