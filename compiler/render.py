@@ -11,6 +11,7 @@ from typing import Any
 
 import jinja2
 from mxc.compiler.schema import JobSpec, Scalar
+from mxc.compiler.slurm import slurm_context
 
 TEMPLATE_VERSION = "1"
 
@@ -83,6 +84,7 @@ def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = N
         "env": environment(spec),
         "maxtext_args": maxtext_args(spec),
         "template_version": TEMPLATE_VERSION,
+        "slurm": slurm_context(spec),
     }
     files = {
         "spec.json": spec_json,

@@ -10,6 +10,7 @@ from typing import Annotated, Literal, Self
 
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
+from mxc.compiler.secretscan import find_secrets
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 SCHEMA_VERSION = "mxc/v1"
@@ -41,23 +42,35 @@ class Image(Strict):
     """The container image, pinned by content digest (a tag alone can move)."""
 
     ref: str = Field(min_length=1, description="Image reference or .sif path, e.g. docker.io/rocm/jax-training:maxtext-v25.9")
-    digest: Digest = Field(description="sha256:<64 hex> of the image manifest (or of the .sif file)")
+    digest: Digest = Field(
+        description="sha256:<64 hex> of the image manifest (or of the .sif file); `mxc lock` resolves it from the tag"
+    )
 
 
 class Code(Strict):
     """The training code: a git commit, or for native runs the pinned maxtext release."""
 
     repo: str | None = Field(None, description="git URL or path of the MaxText (or fork) repository")
-    commit: Commit | None = Field(None, description="full 40-hex commit of `repo`")
+    commit: Commit | None = Field(None, description="full 40-hex commit of `repo` (or leave it to the lockfile: `mxc lock`)")
+    ref: str | None = Field(
+        None, min_length=1, description="branch or tag that `mxc lock` resolves to `commit`; the commit is what runs"
+    )
     pythonpath: str = Field("src", description="directory inside the checkout to put on PYTHONPATH")
     maxtext_version: str | None = Field(
         None, pattern=r"^\d+(\.\d+)*([a-z0-9.+-]*)$", description="pinned maxtext package version (native runs)"
+    )
+    jaxlib_version: str | None = Field(
+        None, pattern=r"^\d+(\.\d+)*([a-z0-9.+-]*)$",
+        description="jaxlib the training runs with (e.g. the image's); `mxc check` judges XLA flags against this version",
     )
 
     @model_validator(mode="after")
     def _pinned(self) -> Self:
         if (self.repo is None) != (self.commit is None):
-            raise ValueError("commit: code.repo and code.commit go together (a repository is pinned by a commit)")
+            raise ValueError("commit: code.repo and code.commit go together (a repository is pinned by a commit; "
+                             "`mxc lock` + `mxc build --locked` fill it from code.ref)")
+        if self.ref is not None and self.repo is None:
+            raise ValueError("ref: code.ref names a branch or tag of code.repo; set code.repo")
         if self.repo is None and self.maxtext_version is None:
             raise ValueError("maxtext_version: pin the training code with code.repo + code.commit, or code.maxtext_version")
         return self
@@ -154,6 +167,14 @@ class Preflight(Strict):
     network: bool = Field(True, description="the chosen NCCL/RCCL network interface exists")
 
 
+class CoreDumps(Strict):
+    """What is kept when training dies by a fatal signal (SIGSEGV, SIGABRT, ...), for `mxc triage`."""
+
+    max_mb: int = Field(1024, ge=0, description="core file size limit (ulimit -c) in MB; 0: no core, only the Python stack")
+    keep: int = Field(2, ge=0, description="most core files kept in the run's cores/ directory (they are large)")
+    backtrace: bool = Field(True, description="write each core's native backtrace (gdb, when installed) to stacks/")
+
+
 class Runtime(Strict):
     """Where and how the bundle runs."""
 
@@ -168,6 +189,7 @@ class Runtime(Strict):
     mounts: list[Annotated[str, StringConstraints(pattern=r"^/[^:]*:/[^:]*(:ro)?$")]] = Field(
         default_factory=list, description="container bind mounts, /host:/container[:ro]"
     )
+    cores: CoreDumps = Field(default_factory=CoreDumps)
 
 
 class Observability(Strict):
@@ -196,6 +218,49 @@ class Restart(Strict):
     max: int = Field(0, ge=0, description="automatic restarts from the last checkpoint before giving up")
 
 
+NotifyEvent = Literal["start", "finish", "failure", "hang", "restart"]
+# Variables mxc writes into record.json (runtime/backends.py RECORDED_ENV_PREFIXES): a secret
+# kept in one of them would be recorded, so notify.secret_env must not use these prefixes.
+RECORDED_ENV_PREFIXES = (
+    "MXC_", "XLA_", "JAX_", "TF_", "NCCL_", "RCCL_", "NVTE_", "HSA_", "HIP_", "ROCR_", "CUDA_", "GPU_",
+    "LIBTPU", "OMP_", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "PATH",
+)
+
+
+class Notify(Strict):
+    """Alerts to a chat webhook on a run's start, finish, failure, hang and restart.
+
+    The webhook URL (Slack, Mattermost) or bot token (Telegram) is a secret: the spec names
+    the environment variable or file that holds it, never the value (docs/alerts.md).
+    """
+
+    format: Literal["slack", "mattermost", "telegram"] = Field(description="message format of the webhook")
+    secret_env: EnvName | None = Field(None, description="environment variable holding the webhook URL or bot token")
+    secret_file: str | None = Field(
+        None, min_length=1, description="file holding the webhook URL or bot token (~ expands; keep it mode 600)"
+    )
+    chat_id: str | None = Field(None, pattern=r"^(-?\d+|@[A-Za-z0-9_]{5,})$", description="Telegram chat id or @channel")
+    api_url: str = Field(
+        "https://api.telegram.org", pattern=r"^https?://[^\s/@]+(:\d+)?(/[^\s]*)?$",
+        description="Telegram Bot API server (a self-hosted one, or a local test server)",
+    )
+    events: list[NotifyEvent] = Field(
+        default_factory=lambda: ["start", "finish", "failure", "hang", "restart"], description="which events alert"
+    )
+    timeout: float = Field(5.0, gt=0, le=60, description="seconds an alert may take; a failed alert never fails the run")
+
+    @model_validator(mode="after")
+    def _where_the_secret_is(self) -> Self:
+        if (self.secret_env is None) == (self.secret_file is None):
+            raise ValueError("secret_env: name exactly one of notify.secret_env or notify.secret_file (where the secret is)")
+        if self.secret_env and self.secret_env.startswith(RECORDED_ENV_PREFIXES):
+            raise ValueError(f"secret_env: '{self.secret_env}' would be written into the run record (mxc records "
+                             "variables starting with " + ", ".join(RECORDED_ENV_PREFIXES[:4]) + ", ...); use another name")
+        if self.format == "telegram" and not self.chat_id:
+            raise ValueError("chat_id: the telegram format needs notify.chat_id")
+        return self
+
+
 class JobSpec(Strict):
     """A reviewed, versioned description of one training job."""
 
@@ -211,6 +276,7 @@ class JobSpec(Strict):
     observability: Observability = Field(default_factory=Observability)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     restart: Restart = Field(default_factory=Restart)
+    notify: Notify | None = Field(None, description="chat alerts (webhook); the secret itself stays outside the spec")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -226,3 +292,23 @@ class JobSpec(Strict):
         if self.runtime.backend == "local" and self.resources.nodes > 1:
             raise ValueError("resources.nodes: runtime.backend local runs on one node; set nodes to 1 or backend: slurm")
         return self
+
+    @model_validator(mode="after")
+    def _no_secrets(self) -> Self:
+        """A spec is copied into every bundle and shown by `mxc show`: it must not hold a secret."""
+        for path, what in find_secrets(self.model_dump(mode="json", by_alias=True)):
+            parts = path.split(".")
+            keyed = ".".join(p for p in _lower_prefix(parts))
+            raise ValueError(f"{keyed or 'name'}: '{path}' looks like {what}; a spec must not hold secrets: keep it "
+                             "in an environment variable or a file and name that (e.g. notify.secret_env)")
+        return self
+
+
+def _lower_prefix(parts: list[str]) -> list[str]:
+    """The leading key path that validate.py can point at (lower-case keys; env names are not)."""
+    out: list[str] = []
+    for part in parts:
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", part):
+            break
+        out.append(part)
+    return out

@@ -60,6 +60,7 @@ _PATTERN_HINTS = {
     "time": "expected a Slurm time: MM, HH:MM:SS or D-HH:MM:SS",
     "mem": "expected a Slurm memory size such as 512G",
     "maxtext_version": "expected a version such as 0.2.5",
+    "jaxlib_version": "expected a version such as 0.12.0.1",
 }
 
 

@@ -15,7 +15,9 @@ import platform
 import shutil
 import socket
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 KEY_PACKAGES = ("jax", "jaxlib", "maxtext", "flax", "optax", "orbax-checkpoint", "numpy")
@@ -97,6 +99,44 @@ def collect(python: str | None) -> dict[str, Any]:
     return facts
 
 
+def lockfile_digest(bundle_dir: Path) -> str | None:
+    """sha256 of the bundle's lock.json (``mxc build --locked``), if it has one."""
+    try:
+        return "sha256:" + hashlib.sha256((bundle_dir / "lock.json").read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def image_facts(spec: Mapping[str, Any], host: Mapping[str, Any], lockfile: str | None = None) -> dict[str, Any]:
+    """record.image: the container image pinned by digest, or for native runs the environment digest;
+    plus the bundle's lockfile hash when it was built from one."""
+    image = spec.get("image") or {}
+    out: dict[str, Any] = {"container": spec.get("runtime", {}).get("container", "native")}
+    if image:
+        out.update(ref=image.get("ref"), digest=image.get("digest"))
+    if lockfile:
+        out["lockfile"] = lockfile
+    digest = (host.get("python") or {}).get("environment_digest")
+    if digest:
+        out["environment_digest"] = digest
+    return out
+
+
+def code_facts(spec: Mapping[str, Any], host: Mapping[str, Any], pinned: Mapping[str, Any] | None) -> dict[str, Any]:
+    """record.code: the pinned commit's export, or the maxtext release the spec pins and what is installed."""
+    if pinned:
+        return dict(pinned)
+    wanted = spec.get("code", {}).get("maxtext_version")
+    if not wanted:
+        return {}
+    python = host.get("python") or {}
+    out: dict[str, Any] = {"maxtext_version": wanted}
+    if python.get("packages", {}).get("maxtext"):
+        out["maxtext_installed"] = python["packages"]["maxtext"]
+        out["maxtext_location"] = python.get("maxtext_location")
+    return out
+
+
 @dataclass(frozen=True)
 class Drift:
     what: str
@@ -127,14 +167,16 @@ def compare(recorded: dict[str, Any], current: dict[str, Any]) -> list[Drift]:
     if rp.get("version") != cp.get("version"):
         drifts.append(Drift("python", rp.get("version"), cp.get("version")))
     old_all, new_all = rp.get("all_packages", rp.get("packages", {})), cp.get("all_packages", cp.get("packages", {}))
-    for name in sorted(set(old_all) | set(new_all)):
+    names = sorted(set(old_all) | set(new_all), key=lambda n: (n not in KEY_PACKAGES, n))  # jax & co. first
+    for name in names:
         if old_all.get(name) != new_all.get(name):
             drifts.append(Drift(name, old_all.get(name, "not installed"), new_all.get(name, "not installed")))
     for section in ("image", "code"):
         old_s, new_s = recorded.get(section) or {}, current.get(section) or {}
         for key in sorted(set(old_s) | set(new_s)):
-            if key in ("dir", "materialised"):
+            if key in ("dir", "maxtext_location"):
                 continue  # where the code lives is not what it is
             if old_s.get(key) != new_s.get(key):
                 drifts.append(Drift(f"{section} {key}", old_s.get(key), new_s.get(key)))
-    return drifts
+    other = (set(old_all) | set(new_all)) - set(KEY_PACKAGES)
+    return sorted(drifts, key=lambda d: d.what in other)  # stable: everything else before other packages

@@ -9,6 +9,7 @@ its pid (which is also the group id) cannot be reused by an unrelated process me
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -57,10 +58,8 @@ class LocalProcess:
         """Signal the whole process group (the entrypoint, Python, its helpers)."""
         if self._code is not None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self._popen.pid, signum)
-        except ProcessLookupError:
-            pass
 
     def _finish(self) -> None:
         """The leader exited (still a zombie): kill stragglers in its group, then reap it."""
@@ -68,10 +67,8 @@ class LocalProcess:
         self._code = self._popen.wait()
 
     def _kill_group(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 class LocalLauncher:

@@ -60,6 +60,8 @@ class RunRecord(BaseModel):
     slurm: dict[str, Any] | None = None
     observability: dict[str, Any] | None = None
     rerun_of: str | None = None
+    tensorboard: str | None = None  # directory of MaxText's TensorBoard event files
+    supervisor: dict[str, Any] | None = None  # pid and host of the local process that writes this record
     message: str | None = None
 
     def save(self, path: Path) -> None:

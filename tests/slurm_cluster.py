@@ -358,3 +358,29 @@ def running_cluster(**kwargs: object) -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         cluster.stop(remove=not os.environ.get("MXC_KEEP_SLURM"))
+
+
+def stop_dir(root: Path) -> None:
+    """Stop a cluster left running in ``root`` (by its pid files; for manual use)."""
+    pids: dict[str, list[int]] = {}
+    for text in (root / "run" / "all.pids").read_text().split():
+        comm = _comm(int(text))
+        if comm in DAEMONS:
+            pids.setdefault(comm, []).append(int(text))
+    cluster = SlurmCluster(root=root, nodes=[], partition="", gpus_per_node=0, cpus_per_node=0, ctld_port=0,
+                           slurmd_ports=[], pids=pids)
+    cluster.stop(remove=False)
+
+
+if __name__ == "__main__":  # manual use: python tests/slurm_cluster.py start [NODES [GPUS]] | stop DIR
+    import sys
+
+    if sys.argv[1:2] == ["start"]:
+        n = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+        g = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+        c = start_cluster(nodes=n, gpus=g)
+        print(f"export SLURM_CONF={c.conf}   # stop: python {sys.argv[0]} stop {c.root}")
+    elif sys.argv[1:2] == ["stop"]:
+        stop_dir(Path(sys.argv[2]))
+    else:
+        sys.exit("usage: slurm_cluster.py start [NODES [GPUS]] | stop DIR")

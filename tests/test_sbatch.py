@@ -52,3 +52,43 @@ def test_sbatch_rejects_too_many_nodes(mxc: Mxc, slurm_cluster: SlurmCluster) ->
     out = slurm_cluster.run("sbatch", "--test-only", str(bundle / "job.sbatch"), check=False)
     assert out.returncode != 0
     assert "Requested node configuration is not available" in out.stderr, out.stderr
+
+
+def test_dry_run_prints_the_exact_sbatch_command_and_script(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    spec = next(p for p in RUNNABLE_SPECS if p.stem == "tiny")
+    bundle = build(mxc, spec, *resource_sets(mxc, spec, slurm_cluster, nodes=2))
+    jobs_before = slurm_cluster.run("squeue", "-h", "-t", "all", "-o", "%A").stdout.split()
+    text = mxc("run", bundle.name[:10], "--dry-run")
+    assert text.returncode == 0, text.stderr
+    script = (bundle / "job.sbatch").read_text()
+    assert text.stdout.rstrip("\n").endswith(script.rstrip("\n"))  # the script, as submitted
+    command = next(line for line in text.stdout.splitlines() if line.startswith("sbatch "))
+    assert f"--export=ALL,MXC_BUNDLE_DIR={bundle}," in command and command.endswith(f"{bundle}/job.sbatch")
+    plan = json.loads(mxc("run", bundle.name[:10], "--dry-run", "--json").stdout)
+    argv = plan["command"]
+    assert argv[:2] == ["sbatch", "--parsable"] and argv[-1] == str(bundle / "job.sbatch")
+    assert f"--output={plan['run_dir']}/train.log" in argv and plan["script"] == script
+    # Nothing was submitted or written; the very command is one sbatch accepts.
+    assert slurm_cluster.run("squeue", "-h", "-t", "all", "-o", "%A").stdout.split() == jobs_before
+    assert not (mxc_home / "runs").exists()
+    accepted = slurm_cluster.run("sbatch", "--test-only", *argv[2:], check=False)
+    assert accepted.returncode == 0 and "to start at" in accepted.stderr, accepted.stderr
+
+
+def test_run_reports_sbatch_refusal_and_missing_sbatch(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,
+                                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    spec = next(p for p in RUNNABLE_SPECS if p.stem == "tiny")
+    bundle = build(mxc, spec, *resource_sets(mxc, spec, slurm_cluster, nodes=2), "--set", "resources.partition=nosuch")
+    refused = mxc("run", bundle.name[:10])
+    assert refused.returncode == 2
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("mxc: error: sbatch refused the job: ") and "Invalid partition name specified" in last
+    assert not list((mxc_home / "runs").glob("*"))  # no half-made run left behind
+    (tmp_path / "bin").mkdir()
+    missing = mxc("run", bundle.name[:10], env={"PATH": str(tmp_path / "bin")})
+    assert missing.returncode == 2
+    assert "mxc: error: 'sbatch' is not on PATH" in missing.stderr and "mxc run --local" in missing.stderr
+    assert not list((mxc_home / "runs").glob("*"))

@@ -18,6 +18,9 @@ def register(sub: Any) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a spec field (repeatable; part of the hash)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the hash")
+    p.add_argument("--locked", action="store_true",
+                   help="take the pins from lockfiles/<spec name>.lock.json (mxc lock) and refuse anything "
+                        "unpinned or disagreeing; the lock joins the bundle")
     add_json(p)
 
     p = add_command(sub, "ls", "list the bundles in the store", "mxc ls --json", _ls)
@@ -48,7 +51,12 @@ def register(sub: Any) -> None:
 def _build(args: argparse.Namespace) -> int:
     from mxc.build import compile_file
 
-    bundle = compile_file(args.spec, tuple(args.overrides))
+    if getattr(args, "locked", False):
+        from mxc.lock.check import compile_locked
+
+        bundle = compile_locked(args.spec, tuple(args.overrides))
+    else:
+        bundle = compile_file(args.spec, tuple(args.overrides))
     st = store()
     stored, created = st.put(bundle.files, bundle.hash)
     st.set_last(bundle.hash)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from mxc import __version__
 
 # One module per group of commands; each has register(subparsers).
-COMMAND_MODULES = ("mxc.cli.bundles",)
+COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.lock", "mxc.cli.check", "mxc.cli.triage")
 
 DESCRIPTION = """\
 Compile MaxText training job specs into immutable, hash-addressed bundles, and run them.
@@ -24,6 +24,19 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc show 3f9a                 a bundle by any unique hash prefix
   mxc diff A B                  what differs between two specs or bundles
   mxc verify 3f9a               recompute every hash of a stored bundle
+  mxc check specs/              XLA/NCCL flags, MaxText overrides and rules; --probe, --matrix
+  mxc flags --search latency    the XLA flag catalog of the pinned jaxlib
+  mxc lock specs/70b.yaml       pin image digest, code commit, Python hashes in lockfiles/
+  mxc build --locked SPEC       build with exactly the locked pins, refuse anything else
+  mxc image build images/maxtext-cpu   build an image target, print its digest
+  mxc run [3f9a]                train a bundle (default: the last built), with restarts
+  mxc runs                      recorded runs: status, steps, last loss, duration
+  mxc rerun RUN-ID              the same bundle again, exactly; warns on drift
+  mxc logs [RUN-ID] [-f]        a run's training log
+  mxc cancel RUN-ID             stop a run (Slurm: scancel, no requeue)
+  mxc triage [RUN-ID]           why a run failed: cause, first failing rank and node, what to try
+  mxc compare RUN-A RUN-B       spec diff, environment drift, first diverging step, step-time ratio
+  mxc notify test               send a test alert to the spec's webhook (Slack, Mattermost, Telegram)
 
 Exit codes: 0 success, 1 a check found a difference or a problem, 2 bad input.
 """

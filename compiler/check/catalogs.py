@@ -1,0 +1,184 @@
+"""The data ``mxc check`` judges against, shipped with the compiler (see tools/ and docs/check.md).
+
+- XLA flags, one catalog per jaxlib version (``data/xla_flags/jaxlib-<v>.json``), generated
+  from that jaxlib by tools/gen_xla_flag_catalog.py. Flags appear and vanish between releases,
+  so a spec is checked against the jaxlib it pins, never the one on the reviewer's laptop.
+- MaxText config keys and model configs, per maxtext version (tools/gen_maxtext_catalog.py).
+- NCCL/RCCL/NVTE/HSA/CUDA variables: curated by hand (``data/env_vars.json``), each with its
+  allowed values, vendor and documentation source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+_CATALOG_FILE = re.compile(r"^jaxlib-(.+)\.json$")
+
+
+def _data(*parts: str) -> Any:
+    return resources.files("mxc.compiler").joinpath("data", *parts)
+
+
+@dataclass(frozen=True)
+class XlaFlag:
+    name: str
+    type: str  # bool | int32 | int64 | float | string
+    default: Any
+    doc: str
+    proto_enum: tuple[str, ...] = ()
+    is_list: bool = False
+
+    @property
+    def deprecated(self) -> bool:
+        head = self.doc[:40].lower()
+        return "deprecated" in head or "no longer supported" in self.doc.lower()
+
+
+@dataclass(frozen=True)
+class XlaCatalog:
+    jaxlib_version: str
+    flags: dict[str, XlaFlag] = field(repr=False)
+
+
+@cache
+def xla_catalog_versions() -> tuple[str, ...]:
+    """jaxlib versions with a shipped catalog, oldest first."""
+    versions = []
+    for entry in _data("xla_flags").iterdir():
+        m = _CATALOG_FILE.match(entry.name)
+        if m:
+            versions.append(m.group(1))
+    return tuple(sorted(versions, key=_version_key))
+
+
+def _version_key(v: str) -> tuple[int | str, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+-]", v))
+
+
+@cache
+def xla_catalog(version: str) -> XlaCatalog:
+    raw = json.loads(_data("xla_flags", f"jaxlib-{version}.json").read_text("utf-8"))
+    flags = {
+        name: XlaFlag(name, f["type"], f.get("default"), f.get("doc", ""), tuple(f.get("proto_enum", ())), bool(f.get("list")))
+        for name, f in raw["flags"].items()
+    }
+    return XlaCatalog(raw["jaxlib_version"], flags)
+
+
+@cache
+def xla_index() -> dict[str, Any]:
+    """Which jaxlib a maxtext release runs with, and the default catalog."""
+    data: dict[str, Any] = json.loads(_data("xla_flags", "index.json").read_text("utf-8"))
+    return data
+
+
+@cache
+def all_flag_versions() -> dict[str, tuple[str, ...]]:
+    """flag name -> the shipped jaxlib versions that have it (for 'not in this version')."""
+    out: dict[str, list[str]] = {}
+    for version in xla_catalog_versions():
+        for name in xla_catalog(version).flags:
+            out.setdefault(name, []).append(version)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    vendor: str  # nvidia | amd | any
+    kind: str  # enum | bool01 | int | float | string | tokens | pattern
+    doc: str
+    source: str
+    values: tuple[str, ...] = ()
+    case_insensitive: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+    pattern: str = ""
+    items: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EnvCatalog:
+    variables: dict[str, EnvVar]
+    prefixes: dict[str, str]  # governed prefix -> vendor
+
+    def vendor_of(self, name: str) -> str | None:
+        known = self.variables.get(name)
+        if known is not None:
+            return known.vendor
+        for prefix, vendor in self.prefixes.items():
+            if name.startswith(prefix):
+                return vendor
+        return None
+
+    def governed(self, name: str) -> bool:
+        return any(name.startswith(p) for p in self.prefixes)
+
+
+@cache
+def env_catalog() -> EnvCatalog:
+    raw = json.loads(_data("env_vars.json").read_text("utf-8"))
+    sources = raw["sources"]
+    variables = {}
+    for name, v in raw["variables"].items():
+        variables[name] = EnvVar(
+            name=name,
+            vendor=v["vendor"],
+            kind=v["kind"],
+            doc=v["doc"],
+            source=sources.get(v["source"], v["source"]),
+            values=tuple(str(x) for x in v.get("values", ())),
+            case_insensitive=bool(v.get("case_insensitive")),
+            minimum=v.get("min"),
+            maximum=v.get("max"),
+            pattern=v.get("pattern", ""),
+            items=tuple(v.get("items", ())),
+        )
+    return EnvCatalog(variables, dict(raw["governed_prefixes"]))
+
+
+@dataclass(frozen=True)
+class MaxTextKey:
+    name: str
+    type: str  # int | float | number | bool | str | enum | list | dict | any
+    optional: bool
+    choices: tuple[str, ...] = ()
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class MaxTextCatalog:
+    version: str
+    keys: dict[str, MaxTextKey] = field(repr=False)
+    models: dict[str, dict[str, Any]] = field(repr=False)
+
+    def value(self, key: str, model_name: str, overrides: dict[str, Any]) -> Any:
+        """What MaxText would use for ``key``: the override, else the model config, else base.yml."""
+        if key in overrides:
+            return overrides[key]
+        model = self.models.get(model_name, {})
+        if key in model:
+            return model[key]
+        known = self.keys.get(key)
+        return known.default if known else None
+
+
+@cache
+def maxtext_catalog_versions() -> tuple[str, ...]:
+    names = [e.name for e in _data("maxtext").iterdir() if e.name.startswith("maxtext-") and e.name.endswith(".json")]
+    return tuple(sorted((n[len("maxtext-"):-len(".json")] for n in names), key=_version_key))
+
+
+@cache
+def maxtext_catalog(version: str) -> MaxTextCatalog:
+    raw = json.loads(_data("maxtext", f"maxtext-{version}.json").read_text("utf-8"))
+    keys = {
+        name: MaxTextKey(name, k["type"], bool(k.get("optional")), tuple(k.get("choices", ())), k.get("default"))
+        for name, k in raw["keys"].items()
+    }
+    return MaxTextCatalog(raw["maxtext_version"], keys, raw["models"])

@@ -1,0 +1,66 @@
+"""The one list of rules ``mxc check`` runs, in order, with their names and severities.
+
+A rule is a small function ``Subject -> Iterable[Issue]`` whose docstring says what it
+checks and why; its name is what findings, ``--format junit`` test cases and docs/check.md
+use. Adding a rule: write the function in the rules module of its topic, add it here, add
+a failing and a passing case to tests/test_check_rules.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from mxc.compiler.check import rules_env, rules_maxtext, rules_resources, rules_xla
+from mxc.compiler.check.findings import Severity
+from mxc.compiler.check.subject import Issue, Subject
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    severity: Severity
+    check: Callable[[Subject], Iterable[Issue]]
+
+    @property
+    def doc(self) -> str:
+        return inspect.cleandoc(self.check.__doc__ or "")
+
+    @property
+    def summary(self) -> str:
+        return " ".join(self.doc.split("\n\n")[0].split())
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("jaxlib-catalog", "error", rules_xla.jaxlib_catalog),
+    Rule("xla-flag-syntax", "error", rules_xla.xla_flag_syntax),
+    Rule("xla-flag-unknown", "error", rules_xla.xla_flag_unknown),
+    Rule("xla-flag-version", "error", rules_xla.xla_flag_version),
+    Rule("xla-flag-value", "error", rules_xla.xla_flag_value),
+    Rule("xla-flag-deprecated", "warning", rules_xla.xla_flag_deprecated),
+    Rule("xla-flag-conflict", "error", rules_xla.xla_flag_conflict),
+    Rule("env-var-vendor", "error", rules_env.env_var_vendor),
+    Rule("env-var-value", "error", rules_env.env_var_value),
+    Rule("env-var-unknown", "warning", rules_env.env_var_unknown),
+    Rule("jax-platforms", "error", rules_env.jax_platforms),
+    Rule("maxtext-override-unknown", "error", rules_maxtext.maxtext_override_unknown),
+    Rule("maxtext-override-value", "error", rules_maxtext.maxtext_override_value),
+    Rule("maxtext-model-key", "error", rules_maxtext.maxtext_model_key),
+    Rule("batch-divisible", "error", rules_resources.batch_divisible),
+    Rule("mesh-devices", "error", rules_resources.mesh_devices),
+    Rule("fp8-hardware", "error", rules_resources.fp8_hardware),
+    Rule("checkpoint-time", "error", rules_resources.checkpoint_time),
+    Rule("restart-checkpoint", "warning", rules_resources.restart_checkpoint),
+)
+
+# Findings that do not come from a rule function, with what they mean (docs, junit).
+OTHER_CHECKS: dict[str, str] = {
+    "schema": "The spec is a valid mxc/v1 document (the same validation as mxc build).",
+    "matrix": "A matrix combination could be applied to the spec.",
+    "probe-xla": "--probe: jaxlib itself parsed the XLA flags (an unknown flag aborts it).",
+    "probe-maxtext": "--probe: MaxText's own config validation (pyconfig) accepted the model overrides.",
+    "cue": "A .cue spec unified with specs/schema.cue (cue vet) and exported to JSON.",
+}
+
+BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}

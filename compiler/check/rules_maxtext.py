@@ -1,0 +1,91 @@
+"""Rules about ``model.overrides``, judged against the MaxText catalog of the pinned release.
+
+These are the fast, static version of what ``--probe`` asks MaxText itself (pyconfig):
+unknown keys, values MaxText's pydantic config rejects, and model-config keys MaxText
+refuses to see overridden.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import lru_cache
+
+from mxc.compiler.check.catalogs import MaxTextKey, maxtext_catalog
+from mxc.compiler.check.subject import Issue, Subject
+from mxc.compiler.errors import did_you_mean
+from mxc.compiler.render import scalar_text
+from mxc.compiler.schema import Scalar
+
+_INT = re.compile(r"[+-]?[0-9][0-9_]*")
+_BOOL_WORDS = frozenset({"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"})
+
+
+@lru_cache(maxsize=4096)
+def _suggest_key(key: str, version: str) -> str:
+    return did_you_mean(key, maxtext_catalog(version).keys)
+
+
+def maxtext_override_unknown(s: Subject) -> Iterator[Issue]:
+    """Every override is a MaxText config key: MaxText refuses unknown keys at start-up."""
+    if s.maxtext is None:
+        return
+    for key in s.overrides:
+        if key not in s.maxtext.keys:
+            yield Issue(("model", "overrides", key), f"'{key}' is not a MaxText {s.maxtext.version} config key",
+                        _suggest_key(key, s.maxtext.version) or "see maxtext/configs/base.yml")
+
+
+def _value_problem(spec: MaxTextKey, value: Scalar) -> str:
+    text = scalar_text(value)
+    if spec.optional and text.lower() == "none":
+        return ""
+    if spec.type == "enum":
+        return "" if text in spec.choices else f"expected one of {', '.join(map(repr, spec.choices))}, got {text!r}"
+    if spec.type == "int":
+        if isinstance(value, float):
+            return "" if value.is_integer() else f"expected an integer, got {value!r}"
+        return "" if isinstance(value, int) or _INT.fullmatch(text) else f"expected an integer, got {text!r}"
+    if spec.type in ("float", "number"):
+        if isinstance(value, (int, float)):
+            return ""
+        try:
+            float(text)
+        except ValueError:
+            return f"expected a number, got {text!r}"
+        return ""
+    if spec.type == "bool":
+        if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+            return ""
+        return "" if text.lower() in _BOOL_WORDS else f"expected true or false, got {text!r}"
+    return ""
+
+
+def maxtext_override_value(s: Subject) -> Iterator[Issue]:
+    """An override's value has the type MaxText's config declares (an enum's values, an integer, a bool)."""
+    if s.maxtext is None:
+        return
+    for key, value in s.overrides.items():
+        spec = s.maxtext.keys.get(key)
+        if spec is None:
+            continue
+        problem = _value_problem(spec, value)
+        if problem:
+            yield Issue(("model", "overrides", key), f"{key}: {problem}", f"default: {spec.default!r}")
+
+
+def maxtext_model_key(s: Subject) -> Iterator[Issue]:
+    """An override of a key the model's own config sets, with a different value: MaxText stops
+    with 'overridden by both model config and CLI' unless override_model_config is true."""
+    if s.maxtext is None:
+        return
+    model = s.maxtext.models.get(s.spec.model.model_name)
+    if not model or str(s.overrides.get("override_model_config", "")).lower() == "true":
+        return
+    set_by_model = set(model.get("keys", ()))
+    for key, value in s.overrides.items():
+        if key in set_by_model and (key not in model or model[key] != value):
+            shown = f" ({model[key]!r})" if key in model else ""
+            yield Issue(("model", "overrides", key),
+                        f"{key} is set by MaxText's {s.spec.model.model_name} config{shown}; MaxText refuses to override it",
+                        "add override_model_config: true to model.overrides, or drop the key")

@@ -1,0 +1,298 @@
+"""The file-system edge of ``mxc check``: find specs, read them (YAML, or CUE through mxc.cue),
+find their lockfiles, run the pure checker and, with --probe, the real parsers.
+
+A .cue spec is unified with the nearest ``schema.cue`` in its directory or a parent (or a
+parent's ``specs/``), else with the schema generated from this mxc's own spec model.
+
+Which files are specs: every *.yaml, *.yml and *.cue under a directory argument, except
+``schema.cue``, sweep files (``matrix: mxc/v1``, checked against their ``spec:``) and partial
+specs: a file another spec of the same run ``extends`` is checked through that spec (its
+findings name its own lines) and listed as a note, because alone it lacks required keys.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mxc.build import read_file
+from mxc.compiler.check.findings import Finding, merge_matrix
+from mxc.compiler.check.matrix import Matrix, is_matrix, parse_matrix
+from mxc.compiler.check.report import Report, Target
+from mxc.compiler.check.runner import Checked, Lock, check_document, check_matrix
+from mxc.compiler.errors import SpecErrors
+from mxc.compiler.loader import Loaded, decode, load_yaml
+from mxc.compiler.resolve import resolve
+from mxc.errors import UserError
+
+SPEC_SUFFIXES = (".yaml", ".yml", ".cue")
+SKIP_DIRS = {"node_modules", ".git", "__pycache__", ".venv"}
+
+
+@dataclass
+class Options:
+    paths: list[str]
+    matrix: str | None = None
+    overrides: tuple[str, ...] = ()
+    probe: bool = False
+    probe_python: str | None = None
+    probe_workers: int | None = None
+
+
+@dataclass
+class Run:
+    report: Report
+    checked: list[tuple[Target, list[Checked]]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def discover(paths: Iterable[str]) -> list[str]:
+    """Spec-like files under ``paths`` (a file argument is taken as given), sorted, unique."""
+    out: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            for f in sorted(p.rglob("*")):
+                if f.is_file() and f.suffix in SPEC_SUFFIXES and f.name != "schema.cue" \
+                        and not SKIP_DIRS.intersection(f.relative_to(p).parts):
+                    out.append(posixpath.normpath(str(f)))
+        elif p.is_file():
+            out.append(posixpath.normpath(str(p)))
+        else:
+            raise UserError(f"{raw}: no such file or directory", "give spec files or directories of specs")
+    return list(dict.fromkeys(out))
+
+
+def find_lock(spec: str) -> Lock:
+    """jaxlib pinned in the spec's lockfile (``lockfiles/<stem>.lock.json`` in a parent directory)."""
+    path = Path(spec).resolve()
+    name = path.name.split(".")[0]
+    for parent in path.parents:
+        lock = parent / "lockfiles" / f"{name}.lock.json"
+        if lock.is_file():
+            try:
+                data = json.loads(lock.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return Lock(str(lock), None)
+            packages = (data.get("python") or {}).get("packages") or {}
+            version = packages.get("jaxlib") if isinstance(packages, dict) else None
+            return Lock(str(lock), version if isinstance(version, str) else None)
+    return Lock()
+
+
+def _load(path: str) -> Loaded:
+    return load_yaml(path, decode(path, read_file(path)))
+
+
+def _extends(path: str, doc: Loaded) -> list[str]:
+    raw = doc.data.get("extends")
+    parents = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
+    return [posixpath.normpath(posixpath.join(posixpath.dirname(path), p)) for p in parents if isinstance(p, str)]
+
+
+def _schema_target(path: str, exc: SpecErrors) -> Target:
+    return Target(path, findings=[Finding(e.file, e.line, e.key, "schema", "error", e.message, e.suggestion)
+                                  for e in exc.errors])
+
+
+def _cue_docs(paths: list[str], report: Report) -> dict[str, Loaded | Target]:
+    """Export every .cue spec through one CUE process; a failure becomes a target with cue findings."""
+    from mxc import cue
+
+    out: dict[str, Loaded | Target] = {}
+    if not paths:
+        return out
+    if cue.cue_engine() is None:
+        for p in paths:
+            out[p] = Target(p, skipped=f"CUE spec not checked: {cue.missing_reason()}")
+        return out
+    with tempfile.TemporaryDirectory(prefix="mxc-cue-") as tmp:
+        schema = _schema_cue(paths[0])
+        if schema is None:  # no site schema.cue: the one generated from this mxc's own schema
+            from mxc.compiler.check.cue_schema import job_spec_cue
+
+            schema = Path(tmp) / "schema.cue"
+            schema.write_text(job_spec_cue(), encoding="utf-8")
+        results = cue.export_specs(schema, [Path(p) for p in paths])
+    for result in results:
+        file = posixpath.normpath(result.file)
+        if result.json_text is None:
+            out[file] = Target(file, extra_checks=("cue", "schema"), findings=[
+                Finding(file, e.line, ".".join(e.path), "cue", "error", f"CUE: {e.message}") for e in result.errors])
+            continue
+        data = json.loads(result.json_text)
+        text = Path(file).read_text(encoding="utf-8")
+        lines: dict[tuple[str | int, ...], tuple[str, int]] = {(): (file, 1)}
+        _cue_lines(data, (), text, file, lines, cue.cue_line)
+        out[file] = Loaded(data, lines)
+    return out
+
+
+def _cue_lines(node: Any, path: tuple[str | int, ...], text: str, file: str,
+               lines: dict[tuple[str | int, ...], tuple[str, int]], finder: Any) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            sub = (*path, key)
+            line = finder(text, sub)
+            if line:
+                lines[sub] = (file, line)
+            _cue_lines(value, sub, text, file, lines, finder)
+
+
+def _schema_cue(spec: str) -> Path | None:
+    for parent in Path(spec).resolve().parents:
+        candidate = parent / "schema.cue"
+        if candidate.is_file():
+            return candidate
+        if (parent / "specs" / "schema.cue").is_file():
+            return parent / "specs" / "schema.cue"
+    return None
+
+
+def _matrix(path: str) -> Matrix:
+    try:
+        doc = _load(path)
+    except FileNotFoundError:
+        raise UserError(f"--matrix {path}: no such file") from None
+    if not is_matrix(doc):
+        raise UserError(f"{path}: not a matrix file", "a sweep file starts with 'matrix: mxc/v1' (docs/check.md)")
+    return parse_matrix(doc, path)
+
+
+def check_paths(opts: Options) -> Run:
+    started = time.monotonic()
+    report = Report()
+    run = Run(report)
+    files = discover(opts.paths) if opts.paths else []
+    cli_matrix = _matrix(opts.matrix) if opts.matrix else None
+    if not files and cli_matrix is not None:
+        if cli_matrix.spec is None:
+            raise UserError(f"{opts.matrix}: no spec to sweep", "name one: mxc check SPEC --matrix FILE, or 'spec:' in it")
+        files = [posixpath.normpath(posixpath.join(posixpath.dirname(opts.matrix or ""), cli_matrix.spec))]
+    if not files:
+        raise UserError("nothing to check", "mxc check specs/ or mxc check SPEC --matrix FILE")
+
+    yaml_docs: dict[str, Loaded] = {}
+    sweeps: list[tuple[str, Matrix]] = []
+    pending: list[Target] = []
+    for f in files:
+        if f.endswith(".cue"):
+            continue
+        try:
+            doc = _load(f)
+        except SpecErrors as exc:
+            pending.append(_schema_target(f, exc))
+            continue
+        if is_matrix(doc):
+            try:
+                m = parse_matrix(doc, f)
+            except SpecErrors as exc:
+                pending.append(_schema_target(f, exc))
+                continue
+            if m.spec is None:
+                report.notes.append(f"{f}: a matrix without 'spec:'; use mxc check SPEC --matrix {f}")
+            else:
+                sweeps.append((posixpath.normpath(posixpath.join(posixpath.dirname(f), m.spec)), m))
+            continue
+        yaml_docs[f] = doc
+    extended: dict[str, str] = {}
+    for f, doc in yaml_docs.items():
+        for parent in _extends(f, doc):
+            extended.setdefault(parent, f)
+    cue_docs = _cue_docs([f for f in files if f.endswith(".cue")], report)
+
+    def check_one(f: str) -> tuple[Target, list[Checked]]:
+        lock = find_lock(f)
+        if f in cue_docs:
+            got = cue_docs[f]
+            if isinstance(got, Target):
+                return got, []
+            doc = got
+        else:
+            try:
+                doc = resolve(f, read_file, opts.overrides)
+            except SpecErrors as exc:
+                return _schema_target(f, exc), []
+        if cli_matrix is not None and f not in extended:
+            results = check_matrix(doc, f, cli_matrix, lock)
+            target = Target(f, cli_matrix.file, len(results),
+                            findings=merge_matrix((x for r in results for x in r.findings), len(results)))
+            return target, results
+        result = check_document(doc, f, lock)
+        extra = ("cue", "schema") if f in cue_docs else ("schema",)
+        return Target(f, findings=result.findings, extra_checks=extra), [result]
+
+    for f in files:
+        if f in extended:
+            report.notes.append(f"{f}: partial spec (extended by {extended[f]}); checked through it")
+            continue
+        if f in yaml_docs or f in cue_docs:
+            target, results = check_one(f)
+            report.targets.append(target)
+            run.checked.append((target, results))
+    for spec, m in sweeps:
+        lock = find_lock(spec)
+        try:
+            doc = resolve(spec, read_file, opts.overrides)
+        except SpecErrors as exc:
+            report.targets.append(_schema_target(m.file, exc))
+            continue
+        results = check_matrix(doc, spec, m, lock)
+        target = Target(spec, m.file, len(results),
+                        findings=merge_matrix((x for r in results for x in r.findings), len(results)))
+        report.targets.append(target)
+        run.checked.append((target, results))
+    report.targets.extend(pending)
+    run.seconds["static"] = time.monotonic() - started
+    if opts.probe:
+        _probe(run, opts)
+    return run
+
+
+def _probe(run: Run, opts: Options) -> None:
+    from mxc.compiler.check import probe_plan
+    from mxc.runtime.probe import run_probe
+
+    started = time.monotonic()
+    everything = [c for _, results in run.checked for c in results]
+    plan = probe_plan.plan(everything)
+    if not plan.tokens and not plan.cases:
+        run.report.notes.append("--probe: nothing to probe (no spec validated)")
+        return
+    answer = run_probe(plan.request(), opts.probe_python, opts.probe_workers)
+    by_result = {id(c): t for t, results in run.checked for c in results}
+    for finding, checked in _pair(plan, answer):
+        by_result[id(checked)].findings.append(finding)
+    for target, results in run.checked:
+        target.extra_checks = (*target.extra_checks, "probe-xla", "probe-maxtext")
+        pins = {r.subject.jaxlib.requested for r in results if r.subject and r.subject.jaxlib.requested}
+        for pin in sorted(pins - {answer.get("jaxlib")}):
+            target.findings.append(Finding(target.file, None, "code", "probe-xla", "note",
+                                           f"probed with jaxlib {answer.get('jaxlib')}, but the spec pins {pin}",
+                                           "--probe-python PATH: an interpreter with that jaxlib"))
+    if answer.get("maxtext_error"):
+        run.report.notes.append(f"--probe: MaxText not probed: {answer['maxtext_error']}")
+    run.report.probe = {
+        "jaxlib": answer.get("jaxlib"), "maxtext_version": answer.get("maxtext_version"),
+        "tokens": len(plan.tokens), "maxtext_sets": len(plan.cases),
+        "rejected_tokens": sorted(answer.get("bad_tokens", {})),
+        "wall_seconds": answer.get("wall_seconds"), "worker_seconds": answer.get("seconds"),
+    }
+    run.seconds["probe"] = time.monotonic() - started
+
+
+def _pair(plan: Any, answer: dict[str, Any]) -> list[tuple[Finding, Checked]]:
+    """Findings of the probe, each with the checked spec/combination it belongs to."""
+    from mxc.compiler.check import probe_plan
+
+    out = []
+    for checked, uses, cid in plan.uses:
+        sub = probe_plan.Plan(uses=[(checked, uses, cid)])
+        out += [(f, checked) for f in probe_plan.findings(sub, answer)]
+    return out

@@ -1,0 +1,38 @@
+"""Resolve a branch or tag of a git repository to its commit, like ``git ls-remote``.
+
+Works for URLs and local paths alike and clones nothing. An annotated tag resolves to the
+commit it points at (the peeled ``^{}`` entry), not to the tag object.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mxc.errors import UserError
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def resolve_ref(repo: str, ref: str, timeout: float = 60) -> str:
+    """The 40-hex commit ``ref`` (branch, tag, full ref name, or a commit) names in ``repo``."""
+    if _COMMIT.match(ref):
+        return ref
+    import git
+
+    try:
+        out = str(git.cmd.Git().ls_remote(repo, kill_after_timeout=timeout))
+    except git.GitCommandError as exc:
+        reason = (exc.stderr or str(exc)).strip().splitlines()
+        detail = reason[-1].strip().removeprefix("stderr: ").strip("'") if reason else "git ls-remote failed"
+        raise UserError(f"code.repo {repo}: cannot list its refs: {detail}") from None
+    refs: dict[str, str] = {}
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        if _COMMIT.match(sha):
+            refs[name] = sha
+    for candidate in (f"refs/heads/{ref}", f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", ref, f"{ref}^{{}}"):
+        if candidate in refs:
+            return refs[candidate]
+    branches = sorted(n.removeprefix("refs/heads/") for n in refs if n.startswith("refs/heads/"))
+    raise UserError(f"code.ref {ref!r} is not a branch or tag of {repo}",
+                    "branches: " + ", ".join(branches[:8]) if branches else "")

@@ -1,0 +1,41 @@
+"""``mxc cancel`` of a local run: SIGTERM to its supervisor, which records `cancelled` (the Slurm
+side is in test_slurm_run.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import REPO, Mxc
+
+
+def test_cancel_a_local_run(mxc: Mxc, mxc_home: Path) -> None:
+    assert mxc("build", "-q", str(REPO / "specs" / "tiny.yaml")).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "mxc", "run", "-q"], cwd=REPO, env={**os.environ, "MXC_HOME": str(mxc_home)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        run_id = None
+        while time.monotonic() < deadline and run_id is None:
+            for record in (mxc_home / "runs").glob("*/record.json"):
+                if json.loads(record.read_text()).get("status") == "running":
+                    run_id = record.parent.name
+            time.sleep(0.2)
+        assert run_id, "the run never started"
+        out = mxc("cancel", run_id[:15], "--json")
+        assert out.returncode == 0, out.stderr
+        rec = json.loads(out.stdout)
+        assert rec["status"] == "cancelled" and rec["final"] is True and rec["cancelled_by"] == "SIGTERM"
+        assert proc.wait(timeout=60) == 143
+        again = mxc("cancel", run_id)
+        assert again.returncode == 2 and again.stderr == f"mxc: error: run {run_id} already ended (cancelled)\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    unknown = mxc("cancel", "19990101")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("mxc: error: no run matches '19990101'")

@@ -1,0 +1,281 @@
+"""`mxc run` / `mxc rerun` with real MaxText on CPU: records, replay, restart, cancellation.
+
+One straight-through run of the tiny model is shared by the module (CPU is scarce); the
+rerun, the SIGKILL restart and the cancellations each start one more short training.
+The bundle is the tiny spec with a larger batch (so 30 steps last long enough to kill one
+mid-run) and checkpoints every 5 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.training
+
+STEPS = 30
+BUILD_SETS = (
+    "model.overrides.per_device_batch_size=32",
+    "checkpoint.period=5",
+    # Other trainings on a shared development machine must not fail this one's preflight.
+    "runtime.preflight.stale_processes=false",
+)
+TRAINER = "maxtext.trainers.pre_train.train"
+
+
+@dataclass(frozen=True)
+class Home:
+    path: Path
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "MXC_HOME": str(self.path)}
+
+    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def runs(self) -> set[Path]:
+        root = self.path / "runs"
+        return set(root.iterdir()) if root.is_dir() else set()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Home:
+    return Home(tmp_path_factory.mktemp("run-home") / "mxc")
+
+
+@pytest.fixture(scope="module")
+def bundle(home: Home) -> str:
+    args = ["build", str(REPO / "specs/tiny.yaml"), "-q"]
+    for setting in BUILD_SETS:
+        args += ["--set", setting]
+    out = home.cli(*args)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def base_run(home: Home, bundle: str) -> Path:
+    """The shared straight-through run (the last build, so `mxc run` takes no argument)."""
+    out = home.cli("run", "-q")
+    assert out.returncode == 0, out.stderr
+    run = home.path / "runs" / out.stdout.strip()
+    assert run.is_dir()
+    return run
+
+
+def record_of(run: Path) -> dict:
+    return json.loads((run / "record.json").read_text())
+
+
+def metrics_of(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def learning(metrics: list[dict]) -> dict[int, dict[str, float]]:
+    """step -> every learning/* value (exact floats; perf/* timings legitimately differ)."""
+    return {int(m["step"]): {k: v for k, v in m.items() if k.startswith("learning/")} for m in metrics}
+
+
+def processes_of(run: Path) -> Iterator[tuple[int, str]]:
+    """(pid, cmdline) of every live process started for this run (they inherit MXC_RUN_DIR)."""
+    marker = f"MXC_RUN_DIR={run}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environ and state != "Z":
+            yield int(entry.name), cmdline
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 300,
+             proc: subprocess.Popen[str] | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            _out, err = proc.communicate()
+            pytest.fail(f"mxc exited ({proc.returncode}) while waiting for {what}\n{err[-3000:]}")
+        time.sleep(0.02)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def new_run(home: Home, before: set[Path], proc: subprocess.Popen[str]) -> Path:
+    def found() -> Path | None:
+        fresh = home.runs() - before
+        return next(iter(fresh)) if fresh else None
+
+    run: Path = wait_for("the run directory", found, proc=proc)
+    return run
+
+
+def log_text(run: Path) -> str:
+    """The training log so far ('' until the first attempt creates it)."""
+    try:
+        return (run / "train.log").read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def trainer_pid(run: Path) -> int | None:
+    return next((pid for pid, cmd in processes_of(run) if TRAINER in cmd), None)
+
+
+# ---- the straight-through run
+
+
+def test_run_trains_and_records_everything(home: Home, bundle: str, base_run: Path) -> None:
+    from importlib.metadata import version
+
+    record = record_of(base_run)
+    assert record["format"] == "mxc-run/v1"
+    assert record["run_id"] == base_run.name and record["bundle"] == bundle and record["spec_name"] == "tiny"
+    assert record["status"] == "succeeded" and record["final"] is True and record["exit_code"] == 0
+    assert record["restarts"] == 0 and len(record["attempts"]) == 1
+    assert record["started"] < record["ended"]
+    assert record["command"] == ["bash", str(home.path / "bundles" / bundle / "entrypoint.sh")]
+    env = record["environment"]
+    assert env["MXC_RUN_DIR"] == str(base_run) and env["MXC_BUNDLE_DIR"] == str(home.path / "bundles" / bundle)
+    assert env["MXC_ATTEMPT"] == "0" and os.path.isabs(env["MXC_PYTHON"])
+    host = record["host"]
+    assert host["hostname"] and host["cpu"]["count"] == os.cpu_count()
+    assert host["python"]["version"] == sys.version.split()[0]
+    for package in ("jax", "jaxlib", "maxtext"):
+        assert host["python"]["packages"][package] == version(package)
+    assert record["image"]["environment_digest"].startswith("sha256:")
+    assert record["code"] == {"maxtext_version": "0.2.5", "maxtext_installed": "0.2.5",
+                              "maxtext_location": host["python"]["maxtext_location"]}
+
+    metrics = metrics_of(base_run)
+    assert [m["step"] for m in metrics] == [float(s) for s in range(STEPS)]
+    assert record["steps"] == STEPS and record["last_loss"] == metrics[-1]["learning/loss"]
+    assert "completed step: 29" in (base_run / "train.log").read_text()
+
+    tensorboard = Path(record["tensorboard"])
+    assert tensorboard == base_run / "output" / base_run.name / "tensorboard" / base_run.name
+    events = list(tensorboard.glob("events.out.tfevents.*"))
+    assert events, f"no TensorBoard event file in {tensorboard}"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tensorboard), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("learning/loss")] == list(range(STEPS))
+
+
+def test_runs_and_logs_show_the_run(home: Home, base_run: Path) -> None:
+    listed = json.loads(home.cli("runs", "--json").stdout)
+    row = next(r for r in listed if r["run_id"] == base_run.name)
+    assert row["status"] == "succeeded" and row["steps"] == STEPS and row["spec"] == "tiny"
+    assert row["last_loss"] == record_of(base_run)["last_loss"] and row["duration_s"] > 0
+    table = home.cli("runs").stdout
+    assert base_run.name in table and "succeeded" in table
+    logs = home.cli("logs", base_run.name[:18])
+    assert logs.returncode == 0 and "completed step: 29" in logs.stdout
+    follow = home.cli("logs", base_run.name, "-f", timeout=60)  # a finished run: prints and returns
+    assert follow.returncode == 0 and follow.stdout == logs.stdout
+
+
+# ---- replay
+
+
+def test_rerun_gives_a_bit_identical_loss_curve(home: Home, base_run: Path) -> None:
+    out = home.cli("rerun", base_run.name)
+    assert out.returncode == 0, out.stderr
+    assert f"no drift from run {base_run.name}" in out.stderr
+    rerun = home.path / "runs" / out.stdout.strip()
+    record = record_of(rerun)
+    assert record["rerun_of"] == base_run.name and record["bundle"] == record_of(base_run)["bundle"]
+    assert record["status"] == "succeeded"
+    first, second = learning(metrics_of(base_run)), learning(metrics_of(rerun))
+    assert sorted(second) == list(range(STEPS))
+    assert second == first  # exact float equality, every step, every learning/* metric
+
+
+# ---- restart from the last checkpoint
+
+
+def test_sigkill_mid_run_resumes_from_the_checkpoint(home: Home, bundle: str, base_run: Path) -> None:
+    before = home.runs()
+    proc = home.start("run", bundle, "-q")
+    run = new_run(home, before, proc)
+    checkpoints = run / "output" / run.name / "checkpoints"
+
+    def finished_checkpoint() -> int | None:
+        if not checkpoints.is_dir():
+            return None
+        done = [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()]
+        return max((s for s in done if 5 <= s < STEPS - 1), default=None)
+
+    saved = wait_for("a checkpoint at step >= 5", finished_checkpoint, proc=proc)
+    pid = trainer_pid(run)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    _out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+
+    record = record_of(run)
+    assert record["status"] == "succeeded" and record["restarts"] == 1
+    first, second = record["attempts"]
+    assert first["signal"] == "SIGKILL" and first["exit_code"] == 137
+    assert first["last_step"] is not None and first["last_step"] < STEPS - 1, "the kill came after the last step"
+    resumed = second["resumed_from_step"]
+    assert resumed is not None and resumed >= saved
+    assert "resuming from checkpoint" in (run / "train.log").read_text()
+
+    attempt1 = [json.loads(line) for line in (run / "metrics/attempt-1.rank-0.jsonl").read_text().splitlines()]
+    assert attempt1[0]["step"] == resumed + 1  # MaxText continued after the checkpoint, not from 0
+    merged = metrics_of(run)
+    assert [m["step"] for m in merged] == [float(s) for s in range(STEPS)]  # each step exactly once
+    assert learning(merged) == learning(metrics_of(base_run))  # bitwise equal to straight-through
+    assert list(processes_of(run)) == []
+
+
+# ---- cancellation
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_cancel_stops_training_and_leaves_no_process(home: Home, bundle: str, signum: int) -> None:
+    before = home.runs()
+    proc = home.start("run", bundle)
+    run = new_run(home, before, proc)
+    if signum == signal.SIGINT:  # mid-training
+        wait_for("the first step", lambda: "completed step: 0," in log_text(run), proc=proc)
+    else:  # while the trainer is still starting
+        wait_for("the trainer process", lambda: trainer_pid(run), proc=proc)
+    started = [pid for pid, _ in processes_of(run)]
+    assert started
+    proc.send_signal(signum)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, err
+    record = record_of(run)
+    assert record["status"] == "cancelled" and record["final"] is True
+    assert record["cancelled_by"] == signal.Signals(signum).name
+    assert record["ended"] and record["attempts"][-1]["exit_code"] is not None
+    assert list(processes_of(run)) == []
+    for pid in started:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+    listed = json.loads(home.cli("runs", "--json").stdout)
+    assert next(r for r in listed if r["run_id"] == run.name)["status"] == "cancelled"

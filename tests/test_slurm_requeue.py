@@ -1,0 +1,177 @@
+"""Requeue by cause, bounded by restart.max, on real Slurm daemons.
+
+Node failure, preemption and a time limit reached after a checkpoint requeue; an application
+error does not; a time limit without a checkpoint does not; restart.max stops all of them; and
+where compute nodes have no scontrol, the job asks and ``mxc`` resubmits. (The requeue that
+resumes MaxText from its checkpoint is in test_slurm_train.py.) Each job here is stopped while
+MaxText starts up, so no test trains for long.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from mxc.runtime.rundir import RunDir
+
+from tests.conftest import Mxc
+from tests.slurm_cluster import SlurmCluster
+from tests.slurm_jobs import (
+    batch_events,
+    build,
+    leave_little_time,
+    processes_of,
+    record,
+    run_dir,
+    slurm_sets,
+    stage_started,
+    submit,
+    wait_final,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(autouse=True)
+def _slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    monkeypatch.setenv("MXC_JAX_CACHE", str(tmp_path_factory.getbasetemp() / "jax-cache"))
+
+
+def trainer_of(run: RunDir, rank: int) -> int | None:
+    """The pid of rank ``rank``'s training process (MaxText's Python), once it runs."""
+    for pid in processes_of(run):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"maxtext.trainers.pre_train.train" in cmdline and f"SLURM_PROCID={rank}".encode() in environ \
+                and not cmdline.startswith(b"timeout"):
+            return pid
+    return None
+
+
+def requeue_of(attempt: object) -> dict[str, str]:
+    return dict(attempt.model_extra.get("requeue") or {})  # type: ignore[attr-defined]
+
+
+def training_started(home: Path, run_id: str, ranks: range = range(1)) -> None:
+    wait_for(lambda: stage_started(home, run_id, "train", ranks), 120, "the train stage to start")
+
+
+def test_dead_rank_ends_the_job_and_is_not_requeued(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
+    """An application crash on one node: every rank stops (--kill-on-bad-exit), no requeue,
+    and the record names the rank that died first."""
+    run_id = submit(mxc, build(mxc, *slurm_sets(slurm_cluster, nodes=2)))
+    run = run_dir(mxc_home, run_id)
+    victim = wait_for(lambda: trainer_of(run, 1), 120, "rank 1's training process")
+    os.kill(victim, signal.SIGKILL)
+    final = wait_final(mxc_home, run_id, timeout=120)
+    assert final.status == "failed" and final.exit_code == 137
+    assert final.restarts == 0 and len(final.attempts) == 1 and not final.slurm.get("requeues")  # type: ignore[union-attr]
+    first = final.slurm["first_failure"]  # type: ignore[index]
+    assert (first["rank"], first["node"], first["stage"], first["rc"]) == (1, "node2", "train", 137)
+    assert final.message == "rank 1 (node2) failed first: stage train failed with exit 137 (SIGKILL)"
+    assert slurm_cluster.job(final.slurm["job_id"])["JobState"] == "FAILED"  # type: ignore[index]
+    wait_for(lambda: not processes_of(run), 30, "rank 0 to be brought down too")
+
+
+def test_preemption_past_restart_max_is_not_requeued(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
+    bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=1, **{"restart.max": 0}))
+    run_id = submit(mxc, bundle)
+    training_started(mxc_home, run_id)
+    job_id = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+    slurm_cluster.run("scancel", "--signal=USR2", "--batch", job_id)  # what --signal=B:USR2@N sends
+    final = wait_final(mxc_home, run_id, timeout=120)
+    assert final.status == "failed" and final.restarts == 0
+    (attempt,) = final.attempts
+    assert attempt.signal == "USR2" and attempt.model_extra["cause"] == "preemption"  # type: ignore[index]
+    assert requeue_of(attempt) == {"cause": "preemption", "action": "refused", "why": "restart.max (0) reached"}
+    assert final.message == "preemption: not requeued (restart.max (0) reached)"
+    assert slurm_cluster.job(job_id)["Restarts"] == "0"
+
+
+def test_time_limit_without_a_checkpoint_is_not_requeued(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
+    bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=1, **{"checkpoint.period": 0, "runtime.signal_seconds": 10}))
+    run_id = submit(mxc, bundle)
+    training_started(mxc_home, run_id)
+    job_id = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+    leave_little_time(slurm_cluster, job_id)
+    slurm_cluster.run("scancel", "--signal=USR2", "--batch", job_id)
+    final = wait_final(mxc_home, run_id, timeout=120)
+    assert final.status == "failed" and final.restarts == 0
+    (attempt,) = final.attempts
+    assert attempt.model_extra["cause"] == "time_limit"  # type: ignore[index]
+    requeue = requeue_of(attempt)
+    assert requeue["action"] == "refused" and "time limit reached without a checkpoint" in requeue["why"]
+    assert "not requeued (time limit reached without a checkpoint (checkpointing: off)" in (final.message or "")
+
+
+def test_node_failure_requeues_until_restart_max(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
+    """Slurm requeues a --requeue job whose node fails; the next start is past restart.max (0)
+    and ends at once instead of training again."""
+    run_id = submit(mxc, build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{"restart.max": 0})))
+    training_started(mxc_home, run_id, range(2))
+    job_id = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+    slurm_cluster.run("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=mxc-test")
+    try:
+        wait_for(lambda: slurm_cluster.job(job_id)["Restarts"] == "1", 60, "Slurm to requeue the job")
+    finally:
+        slurm_cluster.run("scontrol", "update", "NodeName=node2", "State=RESUME", check=False)
+    final = wait_final(mxc_home, run_id, timeout=120)
+    assert final.status == "failed" and final.restarts == 1
+    assert final.slurm["restart_count"] == 1  # type: ignore[index]
+    first, second = final.attempts
+    assert first.reason == "Slurm requeued the job: node failure"
+    assert (first.model_extra or {})["slurm_state"] == "NODE_FAIL"
+    assert second.number == 1 and second.reason == "restart 1 is past restart.max (0)"
+    assert final.message == "restart 1 is past restart.max (0)"
+    assert [e["event"] for e in batch_events(mxc_home, run_id)][-1] == "refused"
+    assert "stage" not in run_dir(mxc_home, run_id).log.read_text().split("restart 1 is past")[-1]
+
+
+def test_without_scontrol_on_the_nodes_mxc_resubmits(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,
+                                                      tmp_path: Path) -> None:
+    """A PATH without scontrol and scancel (the job inherits it): USR2 reaches training through
+    srun, the job leaves resubmit.request, and the next `mxc` look resubmits into the same run."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for directory in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for tool in Path(directory).iterdir():
+            if tool.name not in ("scontrol", "scancel") and not (bare / tool.name).exists():
+                (bare / tool.name).symlink_to(tool)
+    venv_bin = Path(sys.executable).parent
+    path = f"{venv_bin}:{bare}"
+    run_id = submit(mxc, build(mxc, *slurm_sets(slurm_cluster, nodes=1, **{"restart.max": 1})), env={"PATH": path})
+    run = run_dir(mxc_home, run_id)
+    training_started(mxc_home, run_id)
+    first_job = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+    slurm_cluster.run("scancel", "--signal=USR2", "--batch", first_job)
+
+    def resubmitted() -> str | None:
+        jobs = record(mxc_home, run_id).slurm["jobs"]  # type: ignore[index]
+        return str(jobs[-1]["job_id"]) if len(jobs) == 2 else None
+
+    second_job = wait_for(resubmitted, 120, "mxc to resubmit the job")
+    assert second_job != first_job
+    assert slurm_cluster.job(first_job)["JobState"] == "FAILED"  # exit 75: not a success
+    wait_for(lambda: any(e["event"] == "start" and e["job_id"] == second_job for e in batch_events(mxc_home, run_id)),
+             60, "the resubmitted job to start")
+    rec = record(mxc_home, run_id)
+    assert rec.restarts == 1 and rec.slurm["resubmits"] == 1  # type: ignore[index]
+    jobs = rec.slurm["jobs"]  # type: ignore[index]
+    assert jobs[1]["resubmit_of"] == first_job and jobs[1]["cause"] == "preemption"
+    assert jobs[1]["why"].startswith("scontrol is not available on ")
+    assert requeue_of(rec.attempts[0])["action"] == "resubmit_requested"
+    assert (run.path / f"resubmit.request.{first_job}").exists() and not (run.path / "resubmit.request").exists()
+    assert "USR2: asking training to checkpoint and stop" in run.log.read_text()  # srun passed it on
+    cancelled = mxc("cancel", run_id, "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    final = wait_final(mxc_home, run_id, timeout=60)
+    assert final.status == "cancelled" and final.slurm["job_id"] == second_job  # type: ignore[index]
+    assert slurm_cluster.job(second_job)["JobState"] == "CANCELLED"

@@ -1,0 +1,125 @@
+"""The tiny MaxText model trained through sbatch on 2 emulated nodes: two JAX processes (one per
+node) that agree on the coordinator, a forced ``scontrol requeue`` that resumes from the last
+checkpoint, then a stop before the time limit (USR2) that checkpoints and requeues itself.
+
+One training run covers the chain, because every MaxText start costs ~30 s of shared CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from mxc.runtime.metrics_merge import read_lines
+
+from tests.conftest import Mxc
+from tests.slurm_cluster import SlurmCluster
+from tests.slurm_jobs import (
+    batch_events,
+    build,
+    checkpoints,
+    leave_little_time,
+    rank_events,
+    record,
+    run_dir,
+    slurm_sets,
+    submit,
+    wait_final,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.training]
+
+
+@pytest.fixture(autouse=True)
+def _slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    monkeypatch.setenv("MXC_JAX_CACHE", str(tmp_path_factory.getbasetemp() / "jax-cache"))
+
+
+def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
+    # Bigger batches and sequences than the tiny spec (same 30 steps) so that a step takes long
+    # enough for the test to act between two checkpoints.
+    bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
+        "checkpoint.period": 5, "restart.max": 2, "runtime.signal_seconds": 10,
+        "model.overrides.per_device_batch_size": 8, "model.overrides.max_target_length": 256,
+    }))
+    run_id = submit(mxc, bundle)
+    run = run_dir(mxc_home, run_id)
+    job_id = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+
+    # 1. A forced requeue once the first periodic checkpoint exists.
+    wait_for(lambda: 5 in checkpoints(mxc_home, run_id), 240, "checkpoint 5")
+    slurm_cluster.run("scontrol", "requeue", job_id)
+    wait_for(lambda: record(mxc_home, run_id).restarts == 1, 120, "restart 1 to start")
+
+    # 2. In restart 1, after it resumed and wrote a new checkpoint: the time limit comes close
+    #    (lowered so that little time is left) and USR2 arrives, as --signal=B:USR2@N sends it.
+    def resumed_step() -> int | None:
+        found = re.findall(r"restoring from this run's directory step (\d+)", run.log.read_text(errors="replace"))
+        return int(found[-1]) if found else None
+
+    first_resume = wait_for(resumed_step, 240, "restart 1 to restore a checkpoint")
+    wait_for(lambda: any(c > first_resume + 1 for c in checkpoints(mxc_home, run_id)), 240,
+             "a checkpoint written by restart 1")
+    leave_little_time(slurm_cluster, job_id)
+    slurm_cluster.run("scancel", "--signal=USR2", "--batch", job_id)
+    wait_for(lambda: record(mxc_home, run_id).restarts == 2, 120, "restart 2 to start")
+    slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "TimeLimit=30:00", check=False)
+
+    final = wait_final(mxc_home, run_id, timeout=300)
+    log = run.log.read_text(errors="replace")
+    assert final.status == "succeeded", (final.message, log[-3000:])
+    assert final.exit_code == 0 and final.final
+
+    # Every step once after merging the attempts, 0..29, except the steps MaxText checkpointed on
+    # SIGTERM: it stops before writing such a step's metrics (its state is in the checkpoint, and
+    # the next attempt starts after it). The record agrees.
+    on_signal = {int(s) for s in re.findall(r"^0: .*Saving checkpoint at step (\d+) due to preemption", log, re.M)}
+    saved = int((final.attempts[1].model_extra or {})["requeue"]["checkpoint"])
+    assert saved in on_signal, "MaxText did not checkpoint on SIGTERM before the time limit"
+    steps = [step for step, _, _ in read_lines(run.metrics)]
+    assert steps == [s for s in range(30) if s not in on_signal]
+    assert final.steps == 30 - len(on_signal) and final.last_loss is not None
+
+    # Slurm facts in the record.
+    slurm = final.slurm or {}
+    assert slurm["job_id"] == job_id and slurm["partition"] == slurm_cluster.partition
+    assert slurm["node_list"] == "node[1-2]" and slurm["num_nodes"] == 2
+    assert final.restarts == 2 and slurm["restart_count"] == 2  # SLURM_RESTART_COUNT of the last start
+
+    # Attempts: forced requeue, then a time-limit stop after a checkpoint, then the finish.
+    a0, a1, a2 = final.attempts
+    assert [a.number for a in final.attempts] == [0, 1, 2]
+    assert "Slurm requeued the job" in (a0.reason or ""), a0
+    assert a1.resumed_from_step == first_resume >= 5
+    assert (a1.model_extra or {})["cause"] == "time_limit" and a1.signal == "USR2"
+    requeue = (a1.model_extra or {})["requeue"]
+    assert requeue["action"] == "requeued" and requeue["cause"] == "time_limit"
+    assert saved > first_resume
+    assert a2.resumed_from_step == saved and a2.exit_code == 0
+    assert slurm["requeues"] == [{"job_id": job_id, "restart": 1, "cause": "time_limit", "action": "requeued",
+                                   "checkpoint": str(saved)}]
+
+    # Two JAX processes, one per node, that agree on the coordinator, in every attempt.
+    starts = [e for e in batch_events(mxc_home, run_id) if e["event"] == "start"]
+    assert len(starts) == 3
+    for start in starts:
+        for rank, node in ((0, "node1"), (1, "node2")):
+            mine = [e for e in rank_events(mxc_home, run_id, rank) if e["event"] == "start"
+                    and e["attempt"] == start["restart"]]
+            assert len(mine) == 1 and mine[0]["node"] == node and mine[0]["nprocs"] == 2
+            assert mine[0]["coordinator"] == start["coordinator"]
+    coordinators = {m[1] for m in re.findall(r"^(\d): .*Connecting to JAX distributed service on (\S+)", log, re.M)}
+    assert coordinators == {s["coordinator"] for s in starts}
+    assert {m for m in re.findall(r"^(\d): .*Num_devices: 2,", log, re.M)} == {"0", "1"}
+
+    # The CLI shows the same: runs (refreshed record) and logs (both ranks' lines, labelled).
+    listed = json.loads(mxc("runs", "--json").stdout)
+    assert [(r["run_id"], r["status"], r["restarts"]) for r in listed] == [(run_id, "succeeded", 2)]
+    logs = mxc("logs", run_id)
+    assert logs.returncode == 0 and "completed step: 29" in logs.stdout
+    assert "[mxc batch" in logs.stdout and "1: [mxc node2 rank 1]" in logs.stdout
+    assert json.loads(run.record.read_text())["final"] is True
