@@ -70,13 +70,15 @@ def static_figure() -> float:
     doc = load_yaml("gpu.yaml", yaml.safe_dump(GPU_SPEC, sort_keys=False))
     sweep = parse_matrix(load_yaml("sweep.yaml", STATIC_SWEEP), "sweep.yaml")
     check_matrix(doc, "gpu.yaml", parse_matrix(load_yaml("w.yaml", "matrix: mxc/v1\naxes:\n  a.b: [1]\n"), "w.yaml"))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     results = check_matrix(doc, "gpu.yaml", sweep)
-    seconds = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     findings = sum(len(r.findings) for r in results)
-    rate = len(results) / seconds
-    print(f"static: {len(results)} combinations in {seconds:.2f} s = {rate:,.0f} combinations/s ({pinned}; "
-          f"{findings} findings; target >= 5,000/s: {'PASS' if rate >= 5000 else 'FAIL'})")
+    rate = len(results) / cpu
+    # CPU time is the honest "one core" figure on a shared machine; wall time is shown too.
+    print(f"static: {len(results)} combinations in {cpu:.2f} CPU-s = {rate:,.0f} combinations/s on one core "
+          f"(wall {wall:.2f} s = {len(results) / wall:,.0f}/s, {pinned}; {findings} findings; "
+          f"target >= 5,000/s: {'PASS' if rate >= 5000 else 'FAIL'})")
     return rate
 
 

@@ -7,6 +7,7 @@ and one quoting filter, ``sq``, for every value that reaches a shell script.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import jinja2
@@ -46,9 +47,20 @@ _ENV = jinja2.Environment(
 _ENV.filters["sq"] = sq
 
 
+class _LazyDirectoryCache(jinja2.FileSystemBytecodeCache):
+    """Creates its directory on the first write, so a spec that fails validation writes nothing."""
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass  # an unwritable cache only costs speed
+
+
 def cache_templates(directory: str) -> None:
     """Keep compiled templates between processes (an edge decides where); output is unchanged."""
-    _ENV.bytecode_cache = jinja2.FileSystemBytecodeCache(directory)
+    _ENV.bytecode_cache = _LazyDirectoryCache(directory)
 
 
 def xla_flags(spec: JobSpec) -> str:

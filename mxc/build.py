@@ -16,10 +16,5 @@ def read_file(path: str) -> bytes:
 def compile_file(path: str, overrides: tuple[str, ...] = ()) -> Bundle:
     from mxc.compiler.render import cache_templates
 
-    cache = mxc_home() / "cache" / f"templates-{__version__}"
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        cache_templates(str(cache))
-    except OSError:
-        pass  # a read-only home only costs speed
+    cache_templates(str(mxc_home() / "cache" / f"templates-{__version__}"))
     return compile_spec(path, read_file, overrides, mxc_version=__version__)

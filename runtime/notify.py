@@ -132,7 +132,7 @@ def send(config: NotifyConfig, text: str, env: Mapping[str, str] | None = None) 
         url, body = build_request(config, secret, text)
         request = urllib.request.Request(url, data=body, method="POST",
                                          headers={"Content-Type": "application/json", "User-Agent": "mxc-notify"})
-        with urllib.request.urlopen(request, timeout=config.timeout) as response:  # noqa: S310 (http(s) checked above)
+        with urllib.request.urlopen(request, timeout=config.timeout) as response:
             status = int(response.status)
             reply = response.read(65536).decode("utf-8", "replace")
         if config.format == "telegram":
@@ -209,6 +209,18 @@ def message(event: str, run: RunDir, record: RunRecord) -> str:
     return text + _triage_line(run, record)
 
 
+def hung_attempt(run: RunDir, number: int, tail: int = 1 << 16) -> bool:
+    """Whether the hang watchdog (runtime/hang.py) declared attempt ``number`` hung: its log line."""
+    try:
+        with open(run.log, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - tail))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return f"[mxc] attempt {number}: no training step for " in text
+
+
 def end_event(record: RunRecord) -> str:
     if record.status == "succeeded":
         return "finish"
@@ -277,7 +289,11 @@ class NotifyObserver:
             deliver(self.config, "restart", run, record, key=f"restart:{number}", env=self.env)
 
     def on_attempt_end(self, run: RunDir, record: RunRecord, exit_code: int) -> None:
-        """Nothing: a failed attempt is followed by a restart (alerted) or the end (alerted)."""
+        """A hang alert when the hang watchdog killed this attempt (other failures are alerted by
+        the restart that follows, or at the end)."""
+        number = record.attempts[-1].number if record.attempts else 0
+        if exit_code != 0 and hung_attempt(run, number):
+            deliver(self.config, "hang", run, record, key=f"hang:{number}", env=self.env)
 
     def on_end(self, run: RunDir, record: RunRecord) -> None:
         deliver(self.config, end_event(record), run, record, key="end", env=self.env)

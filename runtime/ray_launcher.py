@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -68,6 +69,9 @@ class RayHead:
     temp_dir: Path
     log_path: Path
     bind: str = "127.0.0.1"
+    # Token authentication with a fresh token per run: only this run's driver and workers use
+    # its cluster (and a ~/.ray/auth_token left by someone else cannot get in the way).
+    token: str = field(default_factory=lambda: secrets.token_hex(32))
     process: subprocess.Popen[bytes] | None = None
     gcs_port: int = 0
     metrics_port: int = 0
@@ -76,6 +80,10 @@ class RayHead:
     @property
     def address(self) -> str:
         return f"{self.bind}:{self.gcs_port}"
+
+    def environment(self) -> dict[str, str]:
+        """What the head, the driver and every worker need in their environment."""
+        return {**RAY_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
 
     def start(self, num_cpus: int = 1) -> None:
         names = ["gcs", "metrics", "client", "agent_http", "agent_grpc", "runtime_env", "node_manager",
@@ -90,7 +98,7 @@ class RayHead:
                 f"--node-manager-port={ports['node_manager']}", f"--object-manager-port={ports['object_manager']}",
                 f"--dashboard-port={ports['dashboard']}", f"--dashboard-host={self.bind}", "--include-dashboard=false",
                 f"--num-cpus={num_cpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats"]
-        env = {**os.environ, **RAY_ENV}
+        env = {**os.environ, **self.environment()}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -248,10 +256,10 @@ class RayLauncher:
 
     def _connect(self) -> None:
         """ray.init in this (non-main) thread: Ray then leaves the supervisor's signal handlers alone."""
-        os.environ.update(RAY_ENV)  # read by ray at import; the driver must not resolve 127.0.0.1 away
+        assert self.head is not None
+        os.environ.update(self.head.environment())  # read by ray at import: keep 127.0.0.1, use the run's token
         import ray
 
-        assert self.head is not None
         ray.init(address=self.head.address, _node_ip_address=self.head.bind, logging_level="ERROR",
                  log_to_driver=False, namespace=f"mxc-{self.run_dir.name if self.run_dir else 'run'}")
         actor_class = ray.remote(num_cpus=0, max_concurrency=4)(TrainingActor)

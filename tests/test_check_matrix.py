@@ -124,3 +124,36 @@ def test_shipped_sweep_is_found_in_specs(mxc: Mxc) -> None:
     report = json.loads(out.stdout)
     sweep = [t for t in report["targets"] if t["matrix"] == "specs/matrix/70b-sweep.yaml"]
     assert sweep and sweep[0]["file"] == "specs/70b.yaml" and sweep[0]["combinations"] == 33
+
+
+def test_fast_path_equals_full_validation_and_full_rule_runs() -> None:
+    """The matrix shortcut (re-validate only changed sections, reuse rules that read none of them)
+    gives the same spec and the same findings as checking every combination from scratch."""
+    from mxc.compiler.check import Lock
+    from mxc.compiler.check.runner import _base, check_combination
+    from mxc.compiler.schema import JobSpec
+
+    # The shortcut relies on JobSpec's own validators being exactly these (see runner._FAST_SECTIONS).
+    assert sorted(JobSpec.__pydantic_decorators__.model_validators) == ["_consistent", "_no_secrets"]
+    assert not JobSpec.__pydantic_decorators__.field_validators
+    doc = load_yaml("spec.yaml", yaml.safe_dump(GPU_SPEC, sort_keys=False))
+    sweep = matrix(
+        "matrix: mxc/v1\naxes:\n"
+        "  env.xla_flags.xla_gpu_autotune_level: [1, abc]\n"
+        "  env.vars.NCCL_DEBUG: [WARN, LOUD, 'https://hooks.slack.com/services/T000/B000/XXXX']\n"
+        "  model.overrides.per_device_batch_size: [2, 0.3]\n"
+        "  model.overrides.run_name: [null, myrun]\n"
+        "  checkpoint.period: [100, 100000, -1]\n"
+        "  restart.max: [0, 2]\n"
+        "include:\n  - {resources.nodes: 4}\n  - {runtime.backend: local}\n  - {model.model_name: llama2-70b}\n"
+    )
+    base = _base(doc, "spec.yaml", Lock())
+    combos = expand(sweep)
+    assert len(combos) == 2 * 3 * 2 * 2 * 3 * 2 + 3
+    for combo in combos:
+        fast = check_combination(doc, "spec.yaml", combo, base=base)
+        full = check_combination(doc, "spec.yaml", combo)
+        assert (fast.spec is None) == (full.spec is None), combo.label()
+        if fast.spec is not None and full.spec is not None:
+            assert fast.spec.model_dump() == full.spec.model_dump(), combo.label()
+        assert sorted(map(str, fast.findings)) == sorted(map(str, full.findings)), combo.label()

@@ -156,16 +156,22 @@ class MaxTextCatalog:
     version: str
     keys: dict[str, MaxTextKey] = field(repr=False)
     models: dict[str, dict[str, Any]] = field(repr=False)
+    _defaults: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
 
     def value(self, key: str, model_name: str, overrides: dict[str, Any]) -> Any:
         """What MaxText would use for ``key``: the override, else the model config, else base.yml."""
         if key in overrides:
             return overrides[key]
-        model = self.models.get(model_name, {})
-        if key in model:
-            return model[key]
-        known = self.keys.get(key)
-        return known.default if known else None
+        return self.defaults(model_name).get(key)
+
+    def defaults(self, model_name: str) -> dict[str, Any]:
+        """base.yml's values with the model config's on top (computed once per model)."""
+        cached = self._defaults.get(model_name)
+        if cached is None:
+            cached = {k: v.default for k, v in self.keys.items()}
+            cached.update({k: v for k, v in self.models.get(model_name, {}).items() if k != "keys"})
+            self._defaults[model_name] = cached
+        return cached
 
 
 @cache

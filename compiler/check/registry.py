@@ -22,6 +22,9 @@ class Rule:
     name: str
     severity: Severity
     check: Callable[[Subject], Iterable[Issue]]
+    # Top-level spec sections the rule reads. A matrix combination that changes none of them
+    # reuses the base spec's result (tests/test_check_matrix.py proves it equals a full run).
+    reads: frozenset[str] = frozenset()
 
     @property
     def doc(self) -> str:
@@ -32,26 +35,31 @@ class Rule:
         return " ".join(self.doc.split("\n\n")[0].split())
 
 
+_XLA = frozenset({"env", "code"})
+_ENV = frozenset({"env", "resources"})
+_MAXTEXT = frozenset({"model", "code"})
+_SHAPE = frozenset({"model", "code", "env", "resources"})
+
 RULES: tuple[Rule, ...] = (
-    Rule("jaxlib-catalog", "error", rules_xla.jaxlib_catalog),
-    Rule("xla-flag-syntax", "error", rules_xla.xla_flag_syntax),
-    Rule("xla-flag-unknown", "error", rules_xla.xla_flag_unknown),
-    Rule("xla-flag-version", "error", rules_xla.xla_flag_version),
-    Rule("xla-flag-value", "error", rules_xla.xla_flag_value),
-    Rule("xla-flag-deprecated", "warning", rules_xla.xla_flag_deprecated),
-    Rule("xla-flag-conflict", "error", rules_xla.xla_flag_conflict),
-    Rule("env-var-vendor", "error", rules_env.env_var_vendor),
-    Rule("env-var-value", "error", rules_env.env_var_value),
-    Rule("env-var-unknown", "warning", rules_env.env_var_unknown),
-    Rule("jax-platforms", "error", rules_env.jax_platforms),
-    Rule("maxtext-override-unknown", "error", rules_maxtext.maxtext_override_unknown),
-    Rule("maxtext-override-value", "error", rules_maxtext.maxtext_override_value),
-    Rule("maxtext-model-key", "error", rules_maxtext.maxtext_model_key),
-    Rule("batch-divisible", "error", rules_resources.batch_divisible),
-    Rule("mesh-devices", "error", rules_resources.mesh_devices),
-    Rule("fp8-hardware", "error", rules_resources.fp8_hardware),
-    Rule("checkpoint-time", "error", rules_resources.checkpoint_time),
-    Rule("restart-checkpoint", "warning", rules_resources.restart_checkpoint),
+    Rule("jaxlib-catalog", "error", rules_xla.jaxlib_catalog, _XLA),
+    Rule("xla-flag-syntax", "error", rules_xla.xla_flag_syntax, _XLA),
+    Rule("xla-flag-unknown", "error", rules_xla.xla_flag_unknown, _XLA),
+    Rule("xla-flag-version", "error", rules_xla.xla_flag_version, _XLA),
+    Rule("xla-flag-value", "error", rules_xla.xla_flag_value, _XLA),
+    Rule("xla-flag-deprecated", "warning", rules_xla.xla_flag_deprecated, _XLA),
+    Rule("xla-flag-conflict", "error", rules_xla.xla_flag_conflict, _XLA),
+    Rule("env-var-vendor", "error", rules_env.env_var_vendor, _ENV),
+    Rule("env-var-value", "error", rules_env.env_var_value, _ENV),
+    Rule("env-var-unknown", "warning", rules_env.env_var_unknown, _ENV),
+    Rule("jax-platforms", "error", rules_env.jax_platforms, _ENV),
+    Rule("maxtext-override-unknown", "error", rules_maxtext.maxtext_override_unknown, _MAXTEXT),
+    Rule("maxtext-override-value", "error", rules_maxtext.maxtext_override_value, _MAXTEXT),
+    Rule("maxtext-model-key", "error", rules_maxtext.maxtext_model_key, _MAXTEXT),
+    Rule("batch-divisible", "error", rules_resources.batch_divisible, _SHAPE),
+    Rule("mesh-devices", "error", rules_resources.mesh_devices, _SHAPE),
+    Rule("fp8-hardware", "error", rules_resources.fp8_hardware, frozenset({"model", "code", "resources"})),
+    Rule("checkpoint-time", "error", rules_resources.checkpoint_time, _SHAPE | {"checkpoint", "runtime"}),
+    Rule("restart-checkpoint", "warning", rules_resources.restart_checkpoint, frozenset({"restart", "checkpoint"})),
 )
 
 # Findings that do not come from a rule function, with what they mean (docs, junit).

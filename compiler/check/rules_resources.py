@@ -47,12 +47,19 @@ def batch_divisible(s: Subject) -> Iterator[Issue]:
                     f"use a per_device_batch_size that makes {s.devices} x it a whole number >= 1")
 
 
+_AXIS_KEYS = {prefix: tuple((axis, f"{prefix}_{axis}_parallelism") for axis in ICI_AXES) for prefix in ("ici", "dcn")}
+
+
 def _axes(s: Subject, prefix: str) -> dict[str, int]:
     out = {}
-    for axis in ICI_AXES:
-        value = _as_float(s.mt(f"{prefix}_{axis}_parallelism"))
-        if value is not None and value.is_integer():
-            out[axis] = int(value)
+    for axis, key in _AXIS_KEYS[prefix]:
+        value = s.mt(key)
+        if type(value) is int:
+            out[axis] = value
+        else:
+            number = _as_float(value)
+            if number is not None and number.is_integer():
+                out[axis] = int(number)
     return out
 
 
@@ -63,7 +70,7 @@ def mesh_devices(s: Subject) -> Iterator[Issue]:
     groups = (("ici", s.devices_per_node, "devices per node"), ("dcn", s.spec.resources.nodes, "nodes"))
     for prefix, target, what in groups:
         axes = _axes(s, prefix)
-        keys = [f"{prefix}_{a}_parallelism" for a in axes]
+        keys = [key for axis, key in _AXIS_KEYS[prefix] if axis in axes]
         path = _override_path(s, *keys)
         fill = [a for a, v in axes.items() if v == -1]
         bad = [a for a, v in axes.items() if v == 0 or v < -1]

@@ -27,6 +27,7 @@ from mxc.compiler.render import scalar_text
 from mxc.compiler.schema import JobSpec
 
 Locate = Callable[[Path], tuple[str, int | None]]
+_UNSET = object()
 
 
 @dataclass(frozen=True)
@@ -121,13 +122,16 @@ class Subject:
 
     @cached_property
     def overrides(self) -> dict[str, Any]:
-        return dict(self.spec.model.overrides)
+        return self.spec.model.overrides
+
+    @cached_property
+    def _mt_defaults(self) -> dict[str, Any]:
+        return self.maxtext.defaults(self.spec.model.model_name) if self.maxtext is not None else {}
 
     def mt(self, key: str) -> Any:
         """MaxText's effective value of ``key`` (override, model config, base.yml)."""
-        if self.maxtext is None:
-            return self.overrides.get(key)
-        return self.maxtext.value(key, self.spec.model.model_name, self.overrides)
+        value = self.overrides.get(key, _UNSET)
+        return self._mt_defaults.get(key) if value is _UNSET else value
 
     @cached_property
     def devices_per_node(self) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _WS = " \t\r\n"
 _NAME_CHARS = re.compile(r"[-_A-Za-z0-9]*")
@@ -32,8 +33,14 @@ class Token:
     problem: str = ""
 
 
-def split_flags(text: str) -> list[Token]:
-    """Tokens of an XLA_FLAGS value; malformed ones carry a ``problem``."""
+@lru_cache(maxsize=4096)
+def split_flags(text: str) -> tuple[Token, ...]:
+    """Tokens of an XLA_FLAGS value; malformed ones carry a ``problem``. (Cached: a sweep
+    repeats the same few raw strings thousands of times.)"""
+    return tuple(_split(text))
+
+
+def _split(text: str) -> list[Token]:
     start = _skip_ws(text, 0)
     if start == len(text):
         return []
@@ -114,9 +121,12 @@ def value_problem(kind: str, value: str | None) -> str:
     return ""
 
 
+_ANY_WS = re.compile(r"[ \t\r\n]")
+
+
 def render_problem(value: str) -> str:
     """Why a value from ``env.xla_flags`` would not survive ``--name=value`` in XLA_FLAGS."""
-    if any(c in value for c in _WS):
+    if _ANY_WS.search(value):
         return f"the value {value!r} contains whitespace: XLA splits XLA_FLAGS on it and reads the rest as another flag"
     if value[:1] in ("'", '"'):
         return f"the value {value!r} starts with a quote, which XLA strips as quoting"

@@ -25,6 +25,7 @@ class Pattern:
     cause: str
     regex: re.Pattern[str]
     source: str
+    example: str
     role: str
     priority: int
     try_: tuple[str, ...]
@@ -74,13 +75,13 @@ def parse(data: dict[str, Any]) -> Catalog:
         try_ = _strings(entry["try"], cid)
         own: list[Pattern] = []
         for p in entry.get("patterns") or []:
-            extra = set(p) - {"regex", "source", "role", "priority", "try", "context"}
+            extra = set(p) - {"regex", "source", "example", "role", "priority", "try", "context"}
             if extra:
                 raise ValueError(f"cause {cid}: pattern {p.get('regex')!r}: unknown keys {sorted(extra)}")
-            if not p.get("source"):
-                raise ValueError(f"cause {cid}: pattern {p['regex']!r} has no source")
+            if not p.get("source") or not p.get("example"):
+                raise ValueError(f"cause {cid}: pattern {p['regex']!r} needs a source and an example")
             own.append(Pattern(
-                cause=cid, regex=re.compile(p["regex"]), source=p["source"],
+                cause=cid, regex=re.compile(p["regex"]), source=p["source"], example=p["example"],
                 role=p.get("role", role), priority=int(p.get("priority", entry["priority"])),
                 try_=_strings(p["try"], cid) if "try" in p else try_, context=p.get("context"),
             ))

@@ -203,6 +203,9 @@ def classify(root: Path, record: RunRecord | None = None) -> Verdict:
             return verdict
         c = catalog.cause("startup_failure")
         verdict.cause, verdict.title, verdict.blame = c.id, c.title, c.blame
+        if len(nodes) <= 1:
+            verdict.rank = 0
+            verdict.node = nodes.get(0) or host
         verdict.try_ = [t.replace("{detail}", "") for t in c.try_]
         return verdict
 
@@ -230,6 +233,8 @@ def classify(root: Path, record: RunRecord | None = None) -> Verdict:
         if crash.attempt == last and crash.rank == (rank if rank is not None else 0):
             verdict.crash = crash.as_dict()
     verdict.python_stack = scanner.scan.python_stacks.get((last, rank if rank is not None else 0), [])
+    if cause.id == "hang" and not verdict.python_stack:
+        verdict.python_stack = facts.stack_excerpt
     # other causes seen in this attempt (consequences on other ranks, secondary errors)
     others: dict[tuple[str, int | None], Hit] = {}
     for h in sorted((h for h in scanner.scan.hits if h.attempt in (last, None) and h.cause != best.cause), key=_sort_key):
@@ -240,9 +245,8 @@ def classify(root: Path, record: RunRecord | None = None) -> Verdict:
     # per rank: the first cause hit of each rank in this attempt
     per_rank: dict[int, Hit] = {}
     for h in sorted((h for h in scanner.scan.hits if h.attempt == last and h.rank is not None), key=lambda h: h.order):
-        if h.role == "cause" or h.rank not in per_rank:
-            if h.rank not in per_rank or (per_rank[h.rank].role != "cause" and h.role == "cause"):
-                per_rank[h.rank] = h
+        if h.rank not in per_rank or (per_rank[h.rank].role != "cause" and h.role == "cause"):
+            per_rank[h.rank] = h
     verdict.ranks = [{"rank": r, "node": nodes.get(r), "cause": h.cause, "first": h.text[:200], "where": h.where(),
                       "time": iso(h.time)} for r, h in sorted(per_rank.items())]
     return verdict

@@ -53,6 +53,7 @@ class Facts:
     exits: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)  # (attempt, rank) -> exit event
     crashes: list[Crash] = field(default_factory=list)
     stacks: list[str] = field(default_factory=list)  # other stack dumps (hang detection)
+    stack_excerpt: list[str] = field(default_factory=list)
     nan_step: int | None = None
     steps: int = 0
 
@@ -198,7 +199,23 @@ def stack_files(root: Path, scanner: Scanner, facts: Facts) -> None:
             crash.native_frames = crashing_thread(path)
         else:
             facts.stacks.append(f"stacks/{path.name}")
+            if not facts.stack_excerpt:
+                facts.stack_excerpt = stack_excerpt(path)
     facts.crashes = [crashes[k] for k in sorted(crashes)]
+
+
+def stack_excerpt(path: Path, limit: int = 12) -> list[str]:
+    """The first thread of a stack dump (py-spy's "Thread ... (active)" block, or faulthandler's)."""
+    out: list[str] = []
+    for line in path.read_text("utf-8", errors="replace").splitlines():
+        if line.startswith("#") or not line.strip():
+            if out:
+                break
+            continue
+        out.append(line.rstrip()[:200])
+        if len(out) >= limit:
+            break
+    return out
 
 
 def crashing_thread(path: Path, limit: int = 12) -> list[str]:
@@ -235,6 +252,12 @@ def record_hits(record: RunRecord, scanner: Scanner) -> None:
         scanner.add(_hit(catalog, "hang", f"record.json: status hung ({record.message or 'no progress'})", "record.json",
                          attempt=last, detail=record.message or "status hung", priority=catalog.cause("hang").priority + 10))
     for attempt in record.attempts:
+        extra = attempt.model_extra or {}
+        if extra.get("hung"):  # the hang watchdog (runtime/hang.py) marks the attempt it killed
+            scanner.add(_hit(catalog, "hang", f"record.json: attempt {attempt.number}: {attempt.reason or 'hung'}",
+                             "record.json", attempt=attempt.number, time=_epoch(attempt.ended),
+                             detail=attempt.reason or "hung"))
+            continue
         if attempt.signal and attempt.exit_code not in (None, 0):
             hit = _signal_hit(catalog, attempt.signal, "record.json", attempt=attempt.number, time=_epoch(attempt.ended))
             if hit:

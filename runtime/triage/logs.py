@@ -130,9 +130,7 @@ def _read_lines(path: Path, notes: list[str], root: Path) -> Iterator[tuple[int,
             fh.seek(start)
             fh.readline()  # a partial line
             notes.append(f"{path.relative_to(root)}: {size >> 20} MB, only its last {MAX_BYTES >> 20} MB were read")
-        number = 0
-        for raw in fh:
-            number += 1
+        for number, raw in enumerate(fh, 1):
             yield number, raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
