@@ -219,6 +219,7 @@ class Restart(Strict):
 
 
 NotifyEvent = Literal["start", "finish", "failure", "hang", "restart"]
+NOTIFY_EVENTS: tuple[NotifyEvent, ...] = ("start", "finish", "failure", "hang", "restart")
 # Variables mxc writes into record.json (runtime/backends.py RECORDED_ENV_PREFIXES): a secret
 # kept in one of them would be recorded, so notify.secret_env must not use these prefixes.
 RECORDED_ENV_PREFIXES = (
@@ -244,9 +245,7 @@ class Notify(Strict):
         "https://api.telegram.org", pattern=r"^https?://[^\s/@]+(:\d+)?(/[^\s]*)?$",
         description="Telegram Bot API server (a self-hosted one, or a local test server)",
     )
-    events: list[NotifyEvent] = Field(
-        default_factory=lambda: ["start", "finish", "failure", "hang", "restart"], description="which events alert"
-    )
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS), description="which events alert")
     timeout: float = Field(5.0, gt=0, le=60, description="seconds an alert may take; a failed alert never fails the run")
 
     @model_validator(mode="after")

@@ -10,6 +10,7 @@ matplotlib only (Agg backend), imported inside functions so the CLI stays light.
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
 import json
@@ -36,6 +37,7 @@ class RunData:
     gpu: dict[str, dict[str, list[tuple[float, float]]]] = field(default_factory=dict)  # panel -> gpu -> points
     restarts_at_step: list[int] = field(default_factory=list)
     restarts_at_time: list[float] = field(default_factory=list)
+    training_spans: list[tuple[float, float]] = field(default_factory=list)  # attempts, seconds since start
     tsdb_note: str = ""
 
     @property
@@ -125,8 +127,28 @@ def load_tsdb(data: RunData) -> None:
                 when = iso_seconds(attempt.started)
                 if when is not None:
                     data.restarts_at_time.append(when - started)
+            data.training_spans = _training_spans(data.run, started)
     except Exception as exc:  # a report without host panels beats no report
         data.tsdb_note = f"TSDB unreadable: {exc}"
+
+
+def _training_spans(run: RunDir, started: float) -> list[tuple[float, float]]:
+    """When each attempt's training process ran (the run's event file), seconds since start."""
+    from mxc.runtime.run_events import EVENTS
+
+    spans, begin = [], None
+    path = run.path / "observability" / EVENTS
+    if not path.is_file():
+        return spans
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            event = json.loads(line)
+            if event["event"] == "attempt_start":
+                begin = float(event["time"]) - started
+            elif event["event"] == "attempt_end" and begin is not None:
+                spans.append((begin, float(event["time"]) - started))
+                begin = None
+    return spans
 
 
 def gather(run: RunDir, record: RunRecord, with_tsdb: bool = True) -> RunData:
@@ -167,17 +189,18 @@ def render_png(runs: list[RunData]) -> bytes:
 
     has_gpu = any(r.gpu for r in runs)
     rows = 4 if has_gpu else 3
-    fig, axes = plt.subplots(rows, 2, figsize=(13, 3.1 * rows + 1.3), dpi=110)
+    header = 0.75 + 0.24 * len(runs)  # inches: title and one summary line per run
+    height = 3.0 * rows + header
+    fig, axes = plt.subplots(rows, 2, figsize=(13, height), dpi=110)
     title = "mxc report: " + " vs ".join(r.label for r in runs)
-    fig.suptitle(title, fontsize=12, fontweight="bold", x=0.01, ha="left")
-    lines = []
+    fig.text(0.01, 1 - 0.28 / height, title, fontsize=12, fontweight="bold", ha="left", va="top")
     for i, r in enumerate(runs):
         s = r.summary()
-        lines.append(f"● {r.run.run_id}  {s['status']}, {s['steps']} steps, final loss {_fmt(s['final_loss'], '', 6)}, "
-                     f"median step {_fmt((s['median_step_seconds'] or 0) * 1000, ' ms', 3)}, "
-                     f"{_fmt(s['median_tokens_per_second_per_device'], ' tok/s/device')}, "
-                     f"first step {_fmt(s['first_step_seconds'], ' s', 3)}, restarts {s['restarts']}")
-        fig.text(0.01, 0.955 - 0.022 * i - (0.01 if rows == 3 else 0), lines[-1], color=COLORS[i % len(COLORS)], fontsize=9,
+        line = (f"\u25cf {r.run.run_id}  {s['status']}, {s['steps']} steps, final loss {_fmt(s['final_loss'], '', 6)}, "
+                f"median step {_fmt((s['median_step_seconds'] or 0) * 1000, ' ms', 3)}, "
+                f"{_fmt(s['median_tokens_per_second_per_device'], ' tok/s/device')}, "
+                f"first step {_fmt(s['first_step_seconds'], ' s', 3)}, restarts {s['restarts']}")
+        fig.text(0.01, 1 - (0.62 + 0.24 * i) / height, line, color=COLORS[i % len(COLORS)], fontsize=9,
                  ha="left", va="top", family="monospace")
 
     (ax_loss, ax_time), (ax_tok, ax_lr), (ax_cpu, ax_mem) = axes[0], axes[1], axes[2]
@@ -200,14 +223,18 @@ def render_png(runs: list[RunData]) -> bytes:
             ax_mem.plot(*zip(*r.host["memory"], strict=True), color=color, linewidth=1.3)
         for ax in (ax_cpu, ax_mem):
             _restart_lines(ax, r.restarts_at_time, color)
+            for begin, end in r.training_spans:
+                ax.axvspan(begin, end, color=color, alpha=0.07, linewidth=0)
 
     _clip_compile_steps(ax_time, runs)
     ax_loss.set(title="Training loss", xlabel="step", ylabel="loss")
     ax_time.set(title="Step time (steps 0-1 compile; clipped)", xlabel="step", ylabel="ms per step")
     ax_tok.set(title="Throughput", xlabel="step", ylabel="tokens/s per device")
     ax_lr.set(title="Learning rate", xlabel="step", ylabel="learning rate")
-    ax_cpu.set(title="Host CPU busy (all cores)", xlabel="seconds since run start", ylabel="%")
-    ax_mem.set(title="Host memory in use", xlabel="seconds since run start", ylabel="GiB")
+    ax_cpu.set(title="Host CPU busy, all cores (shaded: training attempts)", xlabel="seconds since run start",
+               ylabel="%", ylim=(0, 105))
+    ax_mem.set(title="Host memory in use (whole machine)", xlabel="seconds since run start", ylabel="GiB")
+    ax_mem.set_ylim(bottom=0)
     if not any("cpu" in r.host for r in runs):
         _no_data(ax_cpu, "; ".join(r.tsdb_note or "no host series" for r in runs))
     if not any("memory" in r.host for r in runs):
@@ -227,8 +254,7 @@ def render_png(runs: list[RunData]) -> bytes:
     for ax in axes.flat:
         ax.grid(True, alpha=0.3)
         ax.title.set_fontsize(10)
-    top = 0.9 - 0.022 * (len(runs) - 1) if rows == 3 else 0.92 - 0.018 * (len(runs) - 1)
-    fig.tight_layout(rect=(0, 0, 1, top))
+    fig.tight_layout(rect=(0, 0, 1, 1 - header / height))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     plt.close(fig)
@@ -242,6 +268,13 @@ def _clip_compile_steps(ax: Any, runs: list[RunData]) -> None:
         ordered = sorted(steady)
         p95 = ordered[int(0.95 * (len(ordered) - 1))]
         ax.set_ylim(0, p95 * 1.6)
+        notes = []
+        for i, r in enumerate(runs):
+            first = [f"{y:.2f} s" for x, y in zip(*r.series(STEP_TIME), strict=True) if x < 2]
+            if first:
+                notes.append((f"steps 0-1: {', '.join(first)}", COLORS[i % len(COLORS)]))
+        for j, (text, color) in enumerate(notes):
+            ax.text(0.99, 0.96 - 0.08 * j, text, transform=ax.transAxes, ha="right", va="top", fontsize=8, color=color)
 
 
 def render_html(runs: list[RunData], png: bytes) -> str:

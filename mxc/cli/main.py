@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from mxc import __version__
 
 # One module per group of commands; each has register(subparsers).
-COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.lock", "mxc.cli.check", "mxc.cli.triage")
+COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.lock", "mxc.cli.check", "mxc.cli.triage",
+                   "mxc.cli.observe")
 
 DESCRIPTION = """\
 Compile MaxText training job specs into immutable, hash-addressed bundles, and run them.
@@ -34,6 +35,9 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc rerun RUN-ID              the same bundle again, exactly; warns on drift
   mxc logs [RUN-ID] [-f]        a run's training log
   mxc cancel RUN-ID             stop a run (Slurm: scancel, no requeue)
+  mxc metrics RUN [--query Q]   a run's Prometheus TSDB, live or long after (observability on)
+  mxc report RUN [RUN2]         PNG/HTML plots: loss, step time, throughput, host/GPU
+  mxc dashboard RUN             Prometheus + TensorBoard on a run's data (127.0.0.1)
   mxc triage [RUN-ID]           why a run failed: cause, first failing rank and node, what to try
   mxc compare RUN-A RUN-B       spec diff, environment drift, first diverging step, step-time ratio
   mxc notify test               send a test alert to the spec's webhook (Slack, Mattermost, Telegram)

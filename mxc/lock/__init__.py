@@ -1,0 +1,1 @@
+"""Pinning a spec's environment: registry digests, git commits, hashed requirements, lockfiles."""

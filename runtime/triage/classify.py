@@ -244,8 +244,8 @@ def classify(root: Path, record: RunRecord | None = None) -> Verdict:
                     for h in sorted(others.values(), key=lambda h: -h.priority)[:8]]
     # per rank: the first cause hit of each rank in this attempt
     per_rank: dict[int, Hit] = {}
-    for h in sorted((h for h in scanner.scan.hits if h.attempt == last and h.rank is not None), key=lambda h: h.order):
-        if h.rank not in per_rank or (per_rank[h.rank].role != "cause" and h.role == "cause"):
+    for h in sorted((h for h in scanner.scan.hits if h.attempt == last), key=lambda h: h.order):
+        if h.rank is not None and (h.rank not in per_rank or (per_rank[h.rank].role != "cause" and h.role == "cause")):
             per_rank[h.rank] = h
     verdict.ranks = [{"rank": r, "node": nodes.get(r), "cause": h.cause, "first": h.text[:200], "where": h.where(),
                       "time": iso(h.time)} for r, h in sorted(per_rank.items())]

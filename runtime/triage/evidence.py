@@ -91,7 +91,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         lines = path.read_text("utf-8", errors="replace").splitlines()
     except OSError:
