@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
@@ -119,7 +120,10 @@ def _cue_docs(paths: list[str], report: Report) -> dict[str, Loaded | Target]:
 
             schema = Path(tmp) / "schema.cue"
             schema.write_text(job_spec_cue(), encoding="utf-8")
-        results = cue.export_specs(schema, [Path(p) for p in paths])
+        try:
+            results = cue.export_specs(schema, [Path(p) for p in paths])
+        except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as exc:
+            raise UserError(f"CUE could not run: {exc}", "check node and tools/cue (npm ci --prefix tools/cue)") from None
     for result in results:
         file = posixpath.normpath(result.file)
         if result.json_text is None:

@@ -208,6 +208,11 @@ class Supervisor:
 
     def _finish(self, status: str, code: int | None, message: str | None) -> None:
         self._merge_metrics()
+        last = self.record.attempts[-1] if self.record.attempts else None
+        if status == "failed" and last is not None and (last.model_extra or {}).get("hung"):
+            status = "hung"  # the hang watchdog (mxc.runtime.observe) killed the last attempt
+            why = (last.reason or "").removeprefix("hung: ")
+            message = f"{why}; {message}" if message else why
         self.record.status = status  # type: ignore[assignment]
         self.record.exit_code = code
         self.record.message = message

@@ -59,10 +59,10 @@ def spec(base: dict[str, Any], *, drop: tuple[str, ...] = (), **changes: Any) ->
     return out
 
 
-def check(data: dict[str, Any], lock: Lock = Lock()) -> tuple[list[Finding], str]:
+def check(data: dict[str, Any], lock: Lock | None = None) -> tuple[list[Finding], str]:
     text = yaml.safe_dump(data, sort_keys=False)
     doc = load_yaml("spec.yaml", text)
-    return check_document(doc, "spec.yaml", lock).findings, text
+    return check_document(doc, "spec.yaml", lock or Lock()).findings, text
 
 
 def of_rule(findings: list[Finding], rule: str) -> list[Finding]:

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from mxc import cue
-from mxc.build import read_file
 from mxc.compiler.check.cue_schema import job_spec_cue
 from mxc.compiler.pipeline import resolve_spec
 
+from mxc import cue
+from mxc.build import read_file
 from tests.conftest import REPO, RUNNABLE_SPECS, Mxc
 
 SCHEMA = REPO / "specs" / "schema.cue"
@@ -56,7 +56,7 @@ def test_unknown_key_and_rule_findings_point_into_the_cue_file(mxc: Mxc, tmp_pat
     out = mxc("check", str(typo), str(rule))
     assert out.returncode == 1
     line_typo = text.splitlines().index("\tpreflight: min_free_gb: 1") + 1
-    line_rule = next(i for i, l in enumerate(text.splitlines(), 1) if "per_device_batch_size" in l)
+    line_rule = next(i for i, line in enumerate(text.splitlines(), 1) if "per_device_batch_size" in line)
     assert f"{typo}:{line_typo}: runtime.preflight.min_free_gbb: error[cue]: CUE: field min_free_gbb not allowed" \
         in out.stdout
     assert f"{rule}:{line_rule}: model.overrides.per_device_batch_size: error[batch-divisible]" in out.stdout

@@ -84,7 +84,7 @@ def test_xla_flag_syntax_accepts_quoted_values_and_bare_bools() -> None:
 def test_xla_flag_unknown_with_did_you_mean() -> None:
     findings, text = check(spec(GPU_SPEC, env__xla_flags={"xla_gpu_enable_latency_hidding_scheduler": True}))
     (f,) = of_rule(findings, "xla-flag-unknown")
-    assert "did you mean 'xla_gpu_enable_latency_hiding_scheduler'?" == f.suggestion
+    assert f.suggestion == "did you mean 'xla_gpu_enable_latency_hiding_scheduler'?"
     assert f.line == line_of(text, "latency_hidding") and "jaxlib 0.12.0.1" in f.message
 
 

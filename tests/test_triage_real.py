@@ -1,0 +1,220 @@
+"""Real failures provoked on this CPU machine through `mxc run`, then `mxc triage`.
+
+Each test trains the tiny model (sequentially; a few seconds to a minute each) and breaks it
+the way clusters break: a bad XLA flag, a memory limit (`ulimit -v`), a killed process, a
+segfault (core + native backtrace collected), a hang. The bounded core collection is also
+checked with a stand-in trainer that crashes at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, Mxc
+
+pytestmark = pytest.mark.training
+TINY = REPO / "specs" / "tiny.yaml"
+# Other engineers' trainings run on this machine: the stale-process preflight check would refuse.
+BASE: dict[str, Any] = {"runtime": {"preflight": {"stale_processes": False}}, "restart": {"max": 0}}
+
+
+@pytest.fixture(autouse=True)
+def _jax_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MXC_JAX_CACHE", str(tmp_path_factory.getbasetemp() / "jax-cache"))
+
+
+def build(mxc: Mxc, tmp_path: Path, extra: dict[str, Any]) -> str:
+    spec = tmp_path / "spec.yaml"
+    merged = {"extends": str(TINY), **BASE, **extra}
+    if "runtime" in extra:
+        merged["runtime"] = {**BASE["runtime"], **extra["runtime"]}
+    spec.write_text(yaml.safe_dump(merged))
+    out = mxc("build", "-q", str(spec))
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def trainer_pids(run_dir: Path) -> list[int]:
+    """The training processes of one run: their environment names its run directory."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"MXC_RUN_DIR={run_dir}".encode() in environ and b"maxtext.trainers" in cmd \
+                and not cmd.startswith((b"bash", b"timeout")):
+            found.append(int(proc.name))
+    return found
+
+
+def run(home: Path, bundle: str, when: str | None = None, signum: int | None = None,
+        wrap: list[str] | None = None, timeout: float = 400) -> tuple[int, Path]:
+    """`mxc run` the bundle; when the log shows ``when``, send ``signum`` to the trainer. (rc, run dir)."""
+    env = {**os.environ, "MXC_HOME": str(home)}
+    argv = [sys.executable, "-m", "mxc", "run", "-q", bundle]
+    proc = subprocess.Popen((wrap or []) + argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for log in (home / "runs").glob("*/train.log"):
+                if when and when in log.read_text(errors="replace"):
+                    for pid in trainer_pids(log.parent):
+                        os.kill(pid, signum or signal.SIGKILL)
+                    return
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    if when:
+        watcher.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+    run_id = out.strip().splitlines()[-1]
+    return proc.returncode, home / "runs" / run_id
+
+
+def triage(mxc: Mxc, run_dir: Path) -> dict[str, Any]:
+    out = mxc("triage", run_dir.name, "--json")
+    assert out.returncode == 0, out.stderr
+    data: dict[str, Any] = json.loads(out.stdout)
+    return data
+
+
+def test_bad_xla_flag(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    bundle = build(mxc, tmp_path, {"env": {"xla_flags": {"xla_bogus_flag": 1}}})
+    rc, run_dir = run(mxc_home, bundle)
+    assert rc == 1
+    verdict = triage(mxc, run_dir)
+    assert verdict["cause"] == "unknown_xla_flag" and verdict["rank"] == 0
+    assert "Unknown flag in XLA_FLAGS: --xla_bogus_flag=1" in verdict["first_error"]["text"]
+    assert any("--xla_bogus_flag=1 in env.xla_flags" in t for t in verdict["try"])
+
+
+def test_memory_limit(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    """The whole run under `ulimit -v 1500000` (1.5 GB of address space): jaxlib cannot allocate."""
+    bundle = build(mxc, tmp_path, {"checkpoint": {"period": 0}, "model": {"overrides": {"steps": 10}}})
+    rc, run_dir = run(mxc_home, bundle, wrap=["bash", "-c", 'ulimit -v 1500000; exec "$@"', "limit"])
+    assert rc != 0
+    verdict = triage(mxc, run_dir)
+    assert verdict["cause"] == "host_oom", verdict["title"]
+    assert verdict["node"] == os.uname().nodename
+    assert any(w in verdict["first_error"]["text"] for w in ("bad_alloc", "can't start new thread", "MemoryError",
+                                                              "Cannot allocate memory"))
+
+
+def test_killed_process(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    bundle = build(mxc, tmp_path, {})
+    rc, run_dir = run(mxc_home, bundle, when="completed step: 3,", signum=signal.SIGKILL)
+    assert rc == 137
+    verdict = triage(mxc, run_dir)
+    assert verdict["cause"] == "killed" and verdict["rank"] == 0
+    assert "Killed" in verdict["first_error"]["text"]
+    assert not (run_dir / "cores").exists()  # SIGKILL leaves no core
+
+
+def test_segfault_keeps_a_core_and_its_native_backtrace(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    bundle = build(mxc, tmp_path, {})
+    rc, run_dir = run(mxc_home, bundle, when="completed step: 3,", signum=signal.SIGSEGV)
+    assert rc == 139
+    verdict = triage(mxc, run_dir)
+    assert verdict["cause"] == "native_crash" and verdict["first_error"]["text"] == "Fatal Python error: Segmentation fault"
+    crash = verdict["crash"]
+    assert crash["signal"] == "SIGSEGV" and crash["core"] == "cores/core.rank-0.attempt-0"
+    core = run_dir / crash["core"]
+    assert 0 < core.stat().st_size <= 1024 << 20  # runtime.cores.max_mb (default 1024)
+    assert crash["native_frames"][0] == "Program terminated with signal SIGSEGV, Segmentation fault."
+    assert verdict["python_stack"][0].startswith("Current thread 0x")
+    human = mxc("triage", run_dir.name).stdout
+    assert "core dump: cores/core.rank-0.attempt-0" in human and "native backtrace: stacks/native.rank-0.attempt-0.txt" in human
+
+
+def test_hang(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    """The trainer is stopped (SIGSTOP) after step 3: nothing moves until the train stage's timeout."""
+    bundle = build(mxc, tmp_path, {"runtime": {"timeouts": {"train": 45}, "signal_seconds": 10}})
+    rc, run_dir = run(mxc_home, bundle, when="completed step: 3,", signum=signal.SIGSTOP)
+    assert rc == 124
+    verdict = triage(mxc, run_dir)
+    assert verdict["cause"] == "hang", verdict["title"]
+    assert verdict["first_error"]["text"].startswith("no step for ")
+    assert any(a["cause"] == "stage_timeout" for a in verdict["also_seen"])
+
+
+# ---- bounded core collection, with a stand-in trainer that crashes at once
+
+
+@pytest.fixture
+def crashing_python(tmp_path: Path) -> Iterator[Path]:
+    """A 'python' for native runs: real Python for the image check; as the trainer, it fills 40 MB
+    and segfaults itself (faulthandler on, as the entrypoint sets it)."""
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/bash\n"
+        'if [ "$1" = -m ]; then\n'
+        f"  exec {sys.executable} -c 'import os, signal; b = bytearray(40 << 20); b[::4096] = b\"x\" * len(b[::4096]); "
+        "os.kill(os.getpid(), signal.SIGSEGV)'\n"
+        "fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    fake.chmod(0o755)
+    yield fake
+
+
+def test_core_size_and_count_are_bounded(mxc: Mxc, mxc_home: Path, tmp_path: Path, crashing_python: Path) -> None:
+    bundle = build(mxc, tmp_path, {"runtime": {"cores": {"max_mb": 8, "keep": 1, "backtrace": False}},
+                                   "restart": {"max": 1}})
+    bundle_dir = mxc_home / "bundles" / bundle
+    run_dir = tmp_path / "runs" / "20260101-000000-0000-00000000"
+    run_dir.mkdir(parents=True)
+    for attempt in (0, 1):  # two crashes, as two attempts of one run
+        proc = subprocess.run(["bash", str(bundle_dir / "entrypoint.sh")], cwd=run_dir, capture_output=True, text=True,
+                              env={**os.environ, "MXC_RUN_DIR": str(run_dir), "MXC_PYTHON": str(crashing_python),
+                                   "MXC_ATTEMPT": str(attempt)}, timeout=120)
+        (run_dir / "train.log").open("a").write(proc.stdout + proc.stderr)
+        assert proc.returncode == 139, proc.stderr[-2000:]
+    kept = sorted((run_dir / "cores").iterdir())
+    assert [p.name for p in kept] == ["core.rank-0.attempt-0"]  # runtime.cores.keep: 1
+    # runtime.cores.max_mb: 8 while the process held 40 MB (the kernel adds a few KB of ELF notes)
+    assert 0 < kept[0].stat().st_size <= (8 << 20) + (64 << 10)
+    second = (run_dir / "stacks" / "crash.rank-0.attempt-1.txt").read_text()
+    assert "core: left at" in second and "runtime.cores.keep is 1" in second
+    first = (run_dir / "stacks" / "crash.rank-0.attempt-0.txt").read_text()
+    assert first.startswith("signal: 11 (SEGV)\n") and "limit 8192 KB" in first
+    from mxc.runtime.triage import classify
+
+    verdict = classify(run_dir)
+    assert verdict.cause == "native_crash" and verdict.attempt == 1
+    assert verdict.earlier[0]["cause"] == "native_crash"
+
+
+def test_no_core_when_disabled(mxc: Mxc, mxc_home: Path, tmp_path: Path, crashing_python: Path) -> None:
+    bundle = build(mxc, tmp_path, {"runtime": {"cores": {"max_mb": 0}}})
+    run_dir = tmp_path / "runs" / "20260101-000000-0000-00000001"
+    run_dir.mkdir(parents=True)
+    proc = subprocess.run(["bash", str(mxc_home / "bundles" / bundle / "entrypoint.sh")], cwd=run_dir,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MXC_RUN_DIR": str(run_dir), "MXC_PYTHON": str(crashing_python)})
+    assert proc.returncode == 139
+    assert "Fatal Python error: Segmentation fault" in proc.stderr  # faulthandler still on
+    assert not (run_dir / "cores").exists() and not list(run_dir.glob("core*"))
+    assert "core: none (runtime.cores.max_mb is 0)" in (run_dir / "stacks" / "crash.rank-0.attempt-0.txt").read_text()
+
