@@ -136,7 +136,8 @@ def _training_spans(run: RunDir, started: float) -> list[tuple[float, float]]:
     """When each attempt's training process ran (the run's event file), seconds since start."""
     from mxc.runtime.run_events import EVENTS
 
-    spans, begin = [], None
+    spans: list[tuple[float, float]] = []
+    begin: float | None = None
     path = run.path / "observability" / EVENTS
     if not path.is_file():
         return spans
@@ -199,7 +200,7 @@ def render_png(runs: list[RunData]) -> bytes:
         line = (f"\u25cf {r.run.run_id}  {s['status']}, {s['steps']} steps, final loss {_fmt(s['final_loss'], '', 6)}, "
                 f"median step {_fmt((s['median_step_seconds'] or 0) * 1000, ' ms', 3)}, "
                 f"{_fmt(s['median_tokens_per_second_per_device'], ' tok/s/device')}, "
-                f"first step {_fmt(s['first_step_seconds'], ' s', 3)}, restarts {s['restarts']}")
+                f"restarts {s['restarts']}, run {_fmt(s['duration_seconds'], ' s', 3)}")
         fig.text(0.01, 1 - (0.62 + 0.24 * i) / height, line, color=COLORS[i % len(COLORS)], fontsize=9,
                  ha="left", va="top", family="monospace")
 

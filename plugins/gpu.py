@@ -73,7 +73,7 @@ def parse_nvidia_smi_csv(text: str, fields: tuple[str, ...] = NVIDIA_FIELDS) -> 
         names, data = first, rows[1:]
     else:
         names, data = list(fields), rows
-    out = []
+    out: list[GpuReading] = []
     for row in data:
         cell = dict(zip(names, (c.strip() for c in row), strict=False))
         used, total = _number(cell.get("memory.used")), _number(cell.get("memory.total"))

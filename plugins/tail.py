@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MAX_READ = 64 * 1024 * 1024  # bytes per call; the rest is read on the next call
+# Bytes per call: a backlog (an exporter started late on a long run) is read over several
+# scrapes, each well under a second, so none runs into Prometheus's scrape timeout.
+MAX_READ = 16 * 1024 * 1024
 
 
 class JsonlTail:
@@ -124,7 +126,7 @@ def split_records(buffer: bytes) -> tuple[list[bytes], int]:
 
 
 def scalars(record: bytes) -> Iterator[ScalarEvent]:
-    from tensorboard.compat.proto import event_pb2  # protobuf import: only where event files are read
+    from tensorboard.compat.proto import event_pb2  # type: ignore[import-untyped]  # only where event files are read
 
     event = event_pb2.Event.FromString(record)
     if not event.HasField("summary"):

@@ -92,8 +92,8 @@ class TrainingMetricsPlugin:
         if self.tensorboard_dir is not None and self.tensorboard_dir.is_dir():
             self.source = "tensorboard"
             for path in sorted(self.tensorboard_dir.rglob("events.out.tfevents.*")):
-                tail = self.events.setdefault(path, EventFileTail(path))
-                self._apply_events(self.state.setdefault(0, RankState()), tail)
+                events = self.events.setdefault(path, EventFileTail(path))
+                self._apply_events(self.state.setdefault(0, RankState()), events)
 
     def _apply_lines(self, state: RankState, attempt: int, lines: list[dict[str, object]], path: Path) -> None:
         for line in lines:

@@ -146,20 +146,18 @@ def recorded_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def extensions(spec: Mapping[str, Any]) -> tuple[Launcher | None, list[RunObserver]]:
-    """Observability plugs in here: ``mxc.runtime.observe.extensions(spec)`` when the spec enables it.
+    """What plugs into a supervised run: observability (Ray launcher, exporter, Prometheus,
+    hang watchdog) when the spec enables it, and alerts when it has a ``notify`` section."""
+    from mxc.runtime import notify
 
-    That module (issue 6) returns ``(launcher or None, observers)``: a Ray launcher and the
-    exporter/Prometheus observers. Absent module or observability off: no extensions.
-    """
-    if not spec.get("observability", {}).get("enabled"):
-        return None, []
-    if importlib.util.find_spec("mxc.runtime.observe") is None:
-        print("mxc: warning: the spec enables observability, but this mxc has no mxc.runtime.observe; "
-              "training runs without it", file=sys.stderr)
-        return None, []
-    module = importlib.import_module("mxc.runtime.observe")
-    launcher, observers = module.extensions(spec)
-    return launcher, list(observers)
+    launcher: Launcher | None = None
+    observers: list[RunObserver] = []
+    if spec.get("observability", {}).get("enabled"):
+        from mxc.runtime import observe
+
+        launcher, found = observe.extensions(spec)
+        observers += found
+    return launcher, [*observers, *notify.observers(spec)]
 
 
 def exit_code(record: RunRecord) -> int:

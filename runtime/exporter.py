@@ -54,7 +54,7 @@ def build_registry(config: dict[str, Any], run_dir: Path | None, plugin_dirs: Se
         extra.append(("run", RunEventsCollector(run_dir / "observability" / EVENTS)))
     host = PluginHost(context, list(config.get("plugins", [])), plugin_dirs, extra)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(host)  # type: ignore[arg-type]
+    registry.register(host)
     return registry, host
 
 

@@ -36,6 +36,7 @@ from typing import Any
 from mxc.runtime import run_events
 from mxc.runtime.hang import HangWatchdog, dump_stacks
 from mxc.runtime.hooks import TrainingProcess
+from mxc.runtime.lifetime import tied_to_caller
 from mxc.runtime.prometheus import PrometheusServer, write_targets
 from mxc.runtime.ray_launcher import RayHead, RayLauncher
 from mxc.runtime.record import RunRecord
@@ -140,6 +141,8 @@ class Observability:
         self.watchdog = HangWatchdog(progress, self.settings["hang_timeout"], on_hang).start()
         if self.launcher is not None:
             self.info["ray"] = self.launcher.describe()
+            if "error" in self.info["ray"] and not any(e.startswith("ray:") for e in self.errors):
+                self.errors.append(f"ray: {self.info['ray']['error']}")
 
     def on_attempt_end(self, run: RunDir, record: RunRecord, exit_code: int) -> None:
         if self.watchdog is not None:
@@ -193,8 +196,8 @@ class Observability:
         argv = [sys.executable, "-m", "mxc.runtime.exporter", "--config", str(config), "--run-dir", str(run.path),
                 "--ready-file", str(ready)]
         with open(obs_dir / "exporter.log", "ab") as log:
-            self.exporter = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                             start_new_session=True)
+            self.exporter = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
         self.info["exporter"] = {"pid": self.exporter.pid, "log": str(obs_dir / "exporter.log")}
 
     def _exporter_target(self, run: RunDir, ready: Path) -> None:

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mxc.runtime.lifetime import tied_to_caller
+
 from mxc.errors import UserError
 
 RETENTION = "100y"
@@ -150,8 +152,8 @@ class PrometheusServer:
                     f"--web.listen-address={bind}:{port}", f"--storage.tsdb.retention.time={RETENTION}",
                     "--web.enable-lifecycle", *extra_args]
             with open(log_path, "ab") as log:
-                process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                           cwd=config.parent, start_new_session=True)
+                process = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=subprocess.STDOUT, cwd=config.parent, start_new_session=True)
             server = cls(process, bind, port, config, data)
             deadline = time.monotonic() + READY_TIMEOUT
             while time.monotonic() < deadline:

@@ -202,7 +202,22 @@ def refresh(run: RunDir, record: RunRecord | None = None) -> RunRecord:
         _update(run, record)
         if record.model_dump_json() != before:
             record.save(run.record)
+            _alert(run, RunRecord.model_validate_json(before), record)
     return record
+
+
+def _alert(run: RunDir, before: RunRecord, after: RunRecord) -> None:
+    """No mxc process follows a Slurm job: alerts go out when a look at the record sees a change."""
+    from mxc.runtime import notify
+
+    from mxc.fsutil import mxc_home
+    from mxc.store import Store
+
+    try:
+        spec = Store(mxc_home()).get(after.bundle).spec()
+    except UserError:
+        return  # the bundle left the store: no notify settings to follow
+    notify.notify_transition(spec, run, before, after)
 
 
 def _update(run: RunDir, record: RunRecord) -> None:

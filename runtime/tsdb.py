@@ -20,11 +20,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mxc.errors import UserError
 from mxc.runtime.observe import pid_alive, tsdb_data
 from mxc.runtime.prometheus import PrometheusAPI, PrometheusServer, readonly_copy
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
+
+from mxc.errors import UserError
 
 POSTMORTEM_CONFIG = "global:\n  scrape_interval: 1h\nscrape_configs: []\n"
 

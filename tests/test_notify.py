@@ -23,8 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from mxc.runtime import notify
-from mxc.runtime.notify import NotifyConfig, NotifyObserver, send
+from mxc.runtime.notify import NotifyConfig, send
 
 from tests.conftest import REPO, Mxc
 
@@ -224,7 +223,7 @@ def test_notify_test_command(mxc: Mxc, hook: Hook, tmp_path: Path) -> None:
 
 
 def _run_local(home: Path, spec_path: Path, env: dict[str, str]) -> tuple[Any, Path, Path, str]:
-    """Build into ``home`` and run with the local backend and the notify observer, in a subprocess
+    """Build into ``home`` and run it as `mxc run` does (alerts come from the spec), in a subprocess
     (the supervisor installs signal handlers). Returns (record, run dir, bundle dir, its output)."""
     code = f"""
 import json, sys
@@ -232,13 +231,12 @@ from mxc.build import compile_file
 from mxc.store import Store
 from mxc.runtime.backends import RunRequest
 from mxc.runtime.local import LocalBackend
-from mxc.runtime import notify
 from pathlib import Path
 bundle = compile_file({str(spec_path)!r}, ())
 store = Store(Path({str(home)!r}))
 stored, _ = store.put(bundle.files, bundle.hash)
 spec = stored.spec()
-request = RunRequest(home=store.home, bundle=stored, spec=spec, quiet=True, observers=notify.observers(spec))
+request = RunRequest(home=store.home, bundle=stored, spec=spec, quiet=True)
 backend = LocalBackend()
 record = backend.run(request, backend.plan(request))
 print(json.dumps({{"run": record.run_id, "bundle": str(stored.path)}}))

@@ -209,3 +209,46 @@ def test_tsdb_answers_after_every_process_exited(exporter: tuple, run_dir: Path)
         cpu = range_series(tsdb, "mxc_host_cpus", 1)
         assert cpu and len(cpu[0]["values"]) >= 3
     assert tree_digest(home / "data") == before, "reopening must not write to the run's TSDB"
+
+
+HOLDER = '''
+import json, sys, time
+from pathlib import Path
+from mxc.runtime.observe import Observability
+from mxc.runtime.record import RunRecord
+from mxc.runtime.rundir import RunDir
+from mxc.runtime.supervisor import now_iso
+
+run = RunDir(Path(sys.argv[1]))
+run.path.mkdir(parents=True)
+record = RunRecord(run_id=run.run_id, bundle="0" * 64, spec_name="t", backend="local", status="running",
+                   started=now_iso())
+observer = Observability({"name": "t", "observability": {"scrape_interval": 1, "plugins": ["host"],
+                                                         "exporter_port": 19400, "prometheus_port": 19190}})
+observer.on_start(run, record)
+print(json.dumps(record.observability), flush=True)
+time.sleep(600)
+'''
+
+
+def test_helpers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
+    """SIGKILL gives mxc no chance to stop anything: the kernel stops exporter and Prometheus."""
+    from mxc.runtime.observe import pid_alive
+
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    run = tmp_path / "runs" / "20260101-000000-abcd-87654321"
+    holder = subprocess.Popen([sys.executable, str(script), str(run)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "MXC_HOME": str(tmp_path / "h")})
+    try:
+        info = json.loads(holder.stdout.readline() if holder.stdout else "{}")
+        pids = [info["exporter"]["pid"], info["prometheus"]["pid"]]
+        assert all(pid_alive(p) for p in pids) and info["errors"] == []
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + 30
+    while any(pid_alive(p) for p in pids):
+        assert time.monotonic() < deadline, "a helper outlived the supervisor"
+        time.sleep(0.1)
+    assert RunDir(run).tsdb.joinpath("data").is_dir()

@@ -97,10 +97,36 @@ def test_hang_is_detected_stacks_dumped_training_killed_and_restarted(tmp_path: 
 
 def test_without_py_spy_faulthandler_writes_the_stacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hang, "py_spy", lambda: None)
-    run, record = supervise(tmp_path, restarts=0, env_extra={"PYTHONFAULTHANDLER": "1"})
+    _, record = supervise(tmp_path, restarts=0, env_extra={"PYTHONFAULTHANDLER": "1"})
     assert record.status == "hung"
     [attempt] = record.attempts
     [dump] = (attempt.model_extra or {})["stacks"]
     assert dump["method"] == "faulthandler" and dump["ok"]
     text = Path(dump["file"]).read_text()
     assert "Fatal Python error: Aborted" in text and "stuck_in_collective" in text
+
+
+def test_metrics_cli_errors_are_one_line(tmp_path: Path) -> None:
+    """Bad input to `mxc metrics` is one `mxc: error:` line and exit 2, never a traceback."""
+    import subprocess
+
+    run, _ = supervise(tmp_path, restarts=0)
+    env = {**os.environ, "MXC_HOME": str(tmp_path)}  # supervise() put the run under <tmp>/runs
+
+    def mxc(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mxc", *args], env=env, capture_output=True, text=True, timeout=300)
+
+    bad = mxc("metrics", run.run_id, "--query", "rate((")
+    assert bad.returncode == 2 and bad.stderr.startswith("mxc: error: Prometheus: bad_data")
+    assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    missing = mxc("metrics", "19990101")
+    assert missing.returncode == 2 and missing.stderr.startswith("mxc: error: no run matches '19990101'")
+    ok = mxc("metrics", run.run_id, "--query", "mxc_run_hangs_total", "--json")
+    assert ok.returncode == 0, ok.stderr
+    [series] = json.loads(ok.stdout)["result"]
+    assert series["values"][-1][1] == 1.0
+    import shutil
+
+    shutil.rmtree(run.tsdb)
+    gone = mxc("metrics", run.run_id)
+    assert gone.returncode == 2 and "has no Prometheus TSDB" in gone.stderr

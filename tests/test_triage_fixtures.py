@@ -136,3 +136,22 @@ def test_cli_triage_unknown_run_is_one_line(mxc: Mxc, mxc_home: Path) -> None:
     out = mxc("triage", "nosuchrun")
     assert out.returncode == 2
     assert out.stderr.startswith("mxc: error: no run matches 'nosuchrun'") and len(out.stderr.splitlines()) == 1
+
+
+def test_faulthandler_without_a_current_thread(tmp_path: Path) -> None:
+    """A signal that lands on a thread without Python state (an XLA worker) marks no thread as
+    current: the last listed thread (the oldest: main) is shown instead."""
+    (tmp_path / "train.log").write_text(
+        "I1123 10:00:00.000000 1 metric_logger.py:265] completed step: 3, seconds: 0.010, total_weights: 64, loss: 6.0\n"
+        "Fatal Python error: Segmentation fault\n\n"
+        "Thread 0x00007f0000000002 (most recent call first):\n"
+        '  File "/venv/lib/python3.12/site-packages/orbax/checkpoint/future.py", line 430 in join\n\n'
+        "Thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/venv/lib/python3.12/site-packages/maxtext/common/metric_logger.py", line 357 in write_metrics_locally\n'
+        '  File "/venv/lib/python3.12/site-packages/maxtext/trainers/pre_train/train.py", line 1402 in train_loop\n\n'
+        "Extension modules: numpy._core._multiarray_umath (total: 1)\n"
+    )
+    verdict = classify(tmp_path)
+    assert verdict.cause == "native_crash"
+    assert verdict.python_stack[0] == "Thread 0x00007f0000000001 (most recent call first):"
+    assert "write_metrics_locally" in verdict.python_stack[1]

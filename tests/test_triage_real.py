@@ -83,7 +83,7 @@ def run(home: Path, bundle: str, when: str | None = None, signum: int | None = N
     if when:
         watcher.start()
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, _err = proc.communicate(timeout=timeout)
     finally:
         stop.set()
         if proc.poll() is None:
@@ -142,7 +142,10 @@ def test_segfault_keeps_a_core_and_its_native_backtrace(mxc: Mxc, mxc_home: Path
     core = run_dir / crash["core"]
     assert 0 < core.stat().st_size <= 1024 << 20  # runtime.cores.max_mb (default 1024)
     assert crash["native_frames"][0] == "Program terminated with signal SIGSEGV, Segmentation fault."
-    assert verdict["python_stack"][0].startswith("Current thread 0x")
+    # faulthandler marks the thread that got the signal; an external SIGSEGV may land on a thread
+    # without Python state (an XLA worker), and then the last listed (main) thread is shown
+    assert verdict["python_stack"][0].startswith(("Current thread 0x", "Thread 0x")), verdict["python_stack"]
+    assert any(line.startswith("File ") for line in verdict["python_stack"][1:])
     human = mxc("triage", run_dir.name).stdout
     assert "core dump: cores/core.rank-0.attempt-0" in human and "native backtrace: stacks/native.rank-0.attempt-0.txt" in human
 

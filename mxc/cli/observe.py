@@ -206,8 +206,9 @@ def _tensorboard_port(record: Any) -> int:
     with contextlib.suppress(Exception):
         from mxc.store import Store
 
-        spec = Store(store().home).get(record.bundle).spec()
-        return int(spec.get("observability", {}).get("tensorboard_port", 6006))  # type: ignore[union-attr]
+        observability = Store(store().home).get(record.bundle).spec().get("observability")
+        if isinstance(observability, dict):
+            return int(observability.get("tensorboard_port", 6006))
     return 6006
 
 
@@ -229,10 +230,9 @@ def _wait_http(url: str, process: Any, stopped: Any, timeout: float = 120.0) -> 
     while time.monotonic() < deadline and not stopped():
         if process.poll() is not None:
             raise UserError(f"tensorboard exited ({process.returncode}) before serving {url}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as resp:
+            if resp.status == 200:
+                return
         time.sleep(0.2)
     if not stopped():
         raise UserError(f"tensorboard did not answer at {url} within {timeout:.0f}s")

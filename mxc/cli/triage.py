@@ -73,8 +73,19 @@ def _triage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _clip(text: str, detail: str | None, width: int) -> str:
+    """A long line cut to ``width``, around the matched detail when there is one."""
+    if len(text) <= width:
+        return text
+    at = text.find(detail) if detail else -1
+    if at > width // 3:
+        start = at - width // 4
+        return "..." + text[start: start + width - 6] + "..."
+    return text[: width - 3] + "..."
+
+
 def _hit_line(hit: Any, width: int = 220) -> str:
-    text = hit.text if len(hit.text) <= width else hit.text[: width - 3] + "..."
+    text = _clip(hit.text, hit.detail, width)
     where = hit.where()
     rank = f" [rank {hit.rank}]" if hit.rank is not None else ""
     return f"  {where}{rank}: {text}"
@@ -116,7 +127,9 @@ def render(verdict: Any, verbose: bool = False) -> str:
             lines.append(f"  native backtrace: {crash['backtrace']}")
         lines += [f"    {f}" for f in crash.get("native_frames", [])[: (12 if verbose else 6)]]
     if verdict.python_stack:
-        lines.append("Python stack of the crashing thread (faulthandler):")
+        which = "the crashing thread" if verdict.python_stack[0].startswith("Current thread") else \
+            "the last thread listed (the signal hit a thread without Python frames)"
+        lines.append(f"Python stack of {which} (faulthandler):")
         lines += [f"  {f}" for f in verdict.python_stack[: (16 if verbose else 6)]]
     if verdict.stacks:
         lines.append("stack dumps: " + ", ".join(verdict.stacks[:6]))
@@ -126,8 +139,9 @@ def render(verdict: Any, verbose: bool = False) -> str:
     if verdict.earlier:
         lines.append("earlier attempts:")
         for e in verdict.earlier:
-            where = f" rank {e['rank']}" if e.get("rank") is not None else ""
-            lines.append(f"  attempt {e['attempt']}: {e['title']}{where}: {e['first_error']['text'][:160]}")
+            where = f" (rank {e['rank']})" if e.get("rank") is not None else ""
+            first = e["first_error"]
+            lines.append(f"  attempt {e['attempt']}: {e['title']}{where}: {_clip(first['text'], first.get('detail'), 160)}")
     if verbose:
         if len(verdict.ranks) > 1:
             lines.append("ranks:")
@@ -145,7 +159,7 @@ def render(verdict: Any, verbose: bool = False) -> str:
 
 def _compare(args: argparse.Namespace) -> int:
     from mxc.errors import UserError
-    from mxc.runtime.compare import Series, compare_runs, plot
+    from mxc.runtime.compare import compare_runs
 
     run_a, run_b = _find_run(args.a), _find_run(args.b)
     if run_a.path == run_b.path:
@@ -159,7 +173,10 @@ def _compare(args: argparse.Namespace) -> int:
         out = Path(args.output)
         if out.suffix.lower() != ".png":
             raise UserError(f"{out}: the plot is a PNG file; name it *.png")
-        picture = plot(result, Series.read(run_a.metrics), Series.read(run_b.metrics), out)
+        from mxc.compare_plot import write_png
+        from mxc.report import gather
+
+        picture = write_png(gather(run_a, rec_a, with_tsdb=False), gather(run_b, rec_b, with_tsdb=False), result, out)
     if args.json:
         data = result.as_dict()
         data["plot"] = str(picture) if picture else None

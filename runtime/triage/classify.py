@@ -26,6 +26,7 @@ from mxc.runtime.triage.logs import Hit, Scanner
 LOG_GLOBS = ("train.log", "*.out", "*.err", "slurm-*.log", "logs/*.log")
 SITE = re.compile(r"/(site|dist)-packages/(?P<pkg>[A-Za-z0-9_]+)/")
 STRUCTURED = (".tsv", ".json", ".jsonl")
+TITLED = frozenset({"native_crash", "killed", "stage_timeout", "device_oom", "host_oom", "nccl_error"})  # detail in title
 
 
 @dataclass
@@ -135,19 +136,32 @@ def _try(hit: Hit) -> list[str]:
     return [_FIELD.sub(lambda m: values.get(m[1], "?"), t) for t in hit.try_]
 
 
-def classify(root: Path, record: RunRecord | None = None) -> Verdict:
-    """The verdict for the run in ``root`` (a run directory)."""
-    run = RunDir(root)
-    if record is None and run.record.is_file():
-        try:
-            record = RunRecord.load(run.record)
-        except (OSError, ValueError):
-            record = None
+@dataclass
+class _Scan:
+    """Everything read from one run directory."""
+
+    scanner: Scanner
+    facts: evidence.Facts
+    attempts: list[int]
+
+    @property
+    def hits(self) -> list[Hit]:
+        return self.scanner.scan.hits
+
+    def decide(self, number: int) -> tuple[Hit | None, int | None, list[Hit]]:
+        """The verdict of one attempt (hits without an attempt belong to every attempt)."""
+        hits = [h for h in self.hits if h.attempt in (number, None)]
+        exits = {r: float(e["time"]) for (a, r), e in self.facts.exits.items()
+                 if a == number and int(e.get("rc", 0)) != 0 and isinstance(e.get("time"), (int, float))}
+        return decide(hits, exits)
+
+
+def _scan(root: Path, record: RunRecord | None) -> _Scan:
     catalog = catalog_mod.load()
     year = int(record.started[:4]) if record and record.started[:4].isdigit() else datetime.now().year
     scanner = Scanner(catalog, root, year)
     facts = evidence.Facts()
-    labelled = bool(record and record.backend == "slurm")
+    labelled = bool(record and record.backend == "slurm")  # srun --label: unlabelled lines belong to no rank
     seen: set[Path] = set()
     for pattern in LOG_GLOBS:
         for path in sorted(root.glob(pattern)):
@@ -158,45 +172,48 @@ def classify(root: Path, record: RunRecord | None = None) -> Verdict:
     evidence.stack_files(root, scanner, facts)
     if record:
         evidence.record_hits(record, scanner)
-    attempts_seen = sorted(scanner.scan.attempts | {a.number for a in (record.attempts if record else [])})
-    last = attempts_seen[-1] if attempts_seen else 0
-    evidence.metrics_facts(root, scanner, facts, last)
+    attempts = sorted(scanner.scan.attempts | {a.number for a in (record.attempts if record else [])})
+    evidence.metrics_facts(root, scanner, facts, attempts[-1] if attempts else 0)
     evidence.hang_from_progress(scanner, facts)
+    return _Scan(scanner, facts, attempts)
 
+
+def classify(root: Path, record: RunRecord | None = None) -> Verdict:
+    """The verdict for the run in ``root`` (a run directory; the record is read when not given)."""
+    run = RunDir(root)
+    if record is None and run.record.is_file():
+        try:
+            record = RunRecord.load(run.record)
+        except (OSError, ValueError):
+            record = None
+    scan = _scan(root, record)
+    catalog = scan.scanner.catalog
+    nodes = scan.scanner.scan.nodes
     status = record.status if record else "unknown"
+    last = scan.attempts[-1] if scan.attempts else 0
     verdict = Verdict(run_id=run.run_id, status=status, cause="none", title="", blame="unknown",
-                      exit_code=record.exit_code if record else None, attempts=len(attempts_seen),
-                      stacks=facts.stacks, notes=list(scanner.scan.notes))
-    nodes = scanner.scan.nodes
-    host = str((record.host or {}).get("hostname")) if record and record.host else None
+                      exit_code=record.exit_code if record else None, attempts=len(scan.attempts), attempt=last,
+                      stacks=scan.facts.stacks, notes=list(scan.scanner.scan.notes))
+    host = str(record.host.get("hostname")) if record and record.host else None
 
-    def attempt_verdict(number: int) -> tuple[Hit | None, int | None, list[Hit]]:
-        hits = [h for h in scanner.scan.hits if h.attempt in (number, None)]
-        exits = {r: float(e["time"]) for (a, r), e in facts.exits.items()
-                 if a == number and int(e.get("rc", 0)) != 0 and isinstance(e.get("time"), (int, float))}
-        return decide(hits, exits)
-
-    for number in attempts_seen[:-1]:
-        best, rank, _ = attempt_verdict(number)
-        if best is not None:
-            first = sorted((h for h in scanner.scan.hits if h.cause == best.cause and h.attempt == number), key=_sort_key)[0]
-            verdict.earlier.append({"attempt": number, "cause": best.cause, "title": catalog.cause(best.cause).title,
-                                    "rank": rank, "node": best.node or nodes.get(rank or 0),
+    for number in scan.attempts[:-1]:
+        earlier, rank, _ = scan.decide(number)
+        if earlier is not None:
+            first = sorted((h for h in scan.hits if h.cause == earlier.cause and h.attempt == number), key=_sort_key)[0]
+            verdict.earlier.append({"attempt": number, "cause": earlier.cause, "title": catalog.cause(earlier.cause).title,
+                                    "rank": rank, "node": earlier.node or nodes.get(rank or 0),
                                     "first_error": hit_dict(first)})
 
-    verdict.attempt = last
-    best, rank, candidates = attempt_verdict(last)
+    best, rank, candidates = scan.decide(last)
     failed = status in ("failed", "hung", "unknown", "cancelled") or (record is None and best is not None)
     if status == "succeeded" or (not failed and best is None):
-        verdict.cause = "none"
         verdict.title = "run succeeded" if status == "succeeded" else f"run is {status}; nothing failed so far"
         if verdict.earlier:
             verdict.title += f" after {len(verdict.earlier)} failed attempt(s)"
         return verdict
-    progress = scanner.scan.progress.get(last)
-    no_steps = (progress is None or progress.last_step is None) and facts.steps == 0
     if best is None:
-        if not no_steps:
+        progress = scan.scanner.scan.progress.get(last)
+        if (progress is not None and progress.last_step is not None) or scan.facts.steps:
             verdict.cause, verdict.title = "unknown", "failed; no known error found"
             verdict.try_ = ["Read the end of the log (mxc logs RUN); a new kind of failure belongs in "
                             "runtime/triage/patterns.yaml with a fixture."]
@@ -204,49 +221,57 @@ def classify(root: Path, record: RunRecord | None = None) -> Verdict:
         c = catalog.cause("startup_failure")
         verdict.cause, verdict.title, verdict.blame = c.id, c.title, c.blame
         if len(nodes) <= 1:
-            verdict.rank = 0
-            verdict.node = nodes.get(0) or host
+            verdict.rank, verdict.node = 0, nodes.get(0) or host
         verdict.try_ = [t.replace("{detail}", "") for t in c.try_]
         return verdict
 
-    assert best is not None
-    cause = catalog.cause(best.cause)
-    verdict.cause, verdict.blame = cause.id, cause.blame
-    verdict.title = cause.title
-    verdict.rank = rank
+    _describe(verdict, best, rank, candidates, record, nodes, host)
+    _context(verdict, scan, best, rank if rank is not None else 0)
+    return verdict
+
+
+def _describe(verdict: Verdict, best: Hit, rank: int | None, candidates: list[Hit], record: RunRecord | None,
+              nodes: dict[int, str], host: str | None) -> None:
+    """Cause, title, where, first error, evidence and what to try."""
+    cause = catalog_mod.load().cause(best.cause)
+    verdict.cause, verdict.blame, verdict.title, verdict.rank = cause.id, cause.blame, cause.title, rank
     mine = sorted((h for h in candidates if h.cause == best.cause), key=_sort_key)
     first = mine[0]
     verdict.first_error = first
-    verdict.node = first.node or best.node or nodes.get(rank if rank is not None else -1) or (host if rank in (0, None) else None)
+    verdict.node = (first.node or best.node or nodes.get(rank if rank is not None else -1)
+                    or (host if rank in (0, None) else None))
     if cause.id == "python_exception":
         verdict.title = f"Python exception in {_where_in_code(first, record)}"
-    elif best.detail and cause.id in ("native_crash", "killed", "stage_timeout", "device_oom", "host_oom", "nccl_error"):
-        verdict.title = f"{cause.title} ({best.detail})" if len(best.detail) < 60 else cause.title
+    elif best.detail and len(best.detail) < 60 and cause.id in TITLED:
+        verdict.title = f"{cause.title} ({best.detail})"
     texts: set[str] = set()
     for h in mine:
         if h.text not in texts and len(verdict.evidence) < 8:
             texts.add(h.text)
             verdict.evidence.append(h)
     verdict.try_ = _try(first if first.try_ else best)
-    # crash details for this rank and attempt
-    for crash in facts.crashes:
-        if crash.attempt == last and crash.rank == (rank if rank is not None else 0):
+
+
+def _context(verdict: Verdict, scan: _Scan, best: Hit, rank: int) -> None:
+    """Crash details and stacks of the failing rank, what else was seen, and each rank's first error."""
+    last = verdict.attempt
+    catalog = scan.scanner.catalog
+    for crash in scan.facts.crashes:
+        if crash.attempt == last and crash.rank == rank:
             verdict.crash = crash.as_dict()
-    verdict.python_stack = scanner.scan.python_stacks.get((last, rank if rank is not None else 0), [])
-    if cause.id == "hang" and not verdict.python_stack:
-        verdict.python_stack = facts.stack_excerpt
-    # other causes seen in this attempt (consequences on other ranks, secondary errors)
+    stacks = scan.scanner.scan
+    verdict.python_stack = stacks.python_stacks.get((last, rank)) or stacks.other_stacks.get((last, rank), [])
+    if best.cause == "hang" and not verdict.python_stack:
+        verdict.python_stack = scan.facts.stack_excerpt
     others: dict[tuple[str, int | None], Hit] = {}
-    for h in sorted((h for h in scanner.scan.hits if h.attempt in (last, None) and h.cause != best.cause), key=_sort_key):
+    for h in sorted((h for h in scan.hits if h.attempt in (last, None) and h.cause != best.cause), key=_sort_key):
         others.setdefault((h.cause, h.rank), h)
     verdict.also = [{"cause": h.cause, "title": catalog.cause(h.cause).title, "rank": h.rank,
                      "role": h.role, "first": h.text[:200], "where": h.where()}
                     for h in sorted(others.values(), key=lambda h: -h.priority)[:8]]
-    # per rank: the first cause hit of each rank in this attempt
-    per_rank: dict[int, Hit] = {}
-    for h in sorted((h for h in scanner.scan.hits if h.attempt == last), key=lambda h: h.order):
+    per_rank: dict[int, Hit] = {}  # each rank's first cause hit (else its first consequence), in reading order
+    for h in sorted((h for h in scan.hits if h.attempt == last), key=lambda h: h.order):
         if h.rank is not None and (h.rank not in per_rank or (per_rank[h.rank].role != "cause" and h.role == "cause")):
             per_rank[h.rank] = h
-    verdict.ranks = [{"rank": r, "node": nodes.get(r), "cause": h.cause, "first": h.text[:200], "where": h.where(),
-                      "time": iso(h.time)} for r, h in sorted(per_rank.items())]
-    return verdict
+    verdict.ranks = [{"rank": r, "node": stacks.nodes.get(r), "cause": h.cause, "first": h.text[:200],
+                      "where": h.where(), "time": iso(h.time)} for r, h in sorted(per_rank.items())]

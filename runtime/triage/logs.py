@@ -85,6 +85,7 @@ class LogScan:
     attempts: set[int] = field(default_factory=set)
     progress: dict[int, Progress] = field(default_factory=dict)
     python_stacks: dict[tuple[int | None, int | None], list[str]] = field(default_factory=dict)  # (attempt, rank)
+    other_stacks: dict[tuple[int | None, int | None], list[str]] = field(default_factory=dict)  # last non-current thread
     notes: list[str] = field(default_factory=list)
 
 
@@ -254,15 +255,22 @@ class Scanner:
                     break
             return
         if FAULT_THREAD.match(text):
-            # faulthandler: every thread's stack; the crashing one is "Current thread".
+            # faulthandler: every Python thread's stack; the one that got the signal is "Current
+            # thread". A signal that hit a thread without Python state (an XLA worker) marks none:
+            # then the last thread listed (the oldest, normally the main thread) stands in.
+            key = (stream.attempt, stream.rank)
             stream.fault = "current" if text.startswith("Current thread") else "other"
             if stream.fault == "current":
-                self.scan.python_stacks[(stream.attempt, stream.rank)] = [text.strip()]
+                self.scan.python_stacks[key] = [text.strip()]
+            else:
+                self.scan.other_stacks[key] = [text.strip()]
             return
         if stream.fault is not None:
             if text.startswith("  File "):
-                stack = self.scan.python_stacks.get((stream.attempt, stream.rank))
-                if stream.fault == "current" and stack is not None and len(stack) < 16:
+                key = (stream.attempt, stream.rank)
+                stacks = self.scan.python_stacks if stream.fault == "current" else self.scan.other_stacks
+                stack = stacks.get(key)
+                if stack is not None and len(stack) < 16:
                     stack.append(text.strip())
                 return
             stream.fault = None

@@ -1,0 +1,93 @@
+"""The Ray launcher with a real Ray head: exit codes, signals, logs and priority flow through the
+actor; closing stops exactly this head's processes and nothing else."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from mxc.runtime.observe import pid_alive
+from mxc.runtime.ray_launcher import RayLauncher, session_processes
+
+
+@pytest.fixture(scope="module")
+def launcher(tmp_path_factory: pytest.TempPathFactory) -> RayLauncher:
+    run = tmp_path_factory.mktemp("ray-run")
+    launcher = RayLauncher()
+    launcher.prepare(run)
+    launcher.ready()
+    yield launcher
+    head = launcher.head
+    assert head is not None and head.process is not None
+    sid = head.process.pid
+    launcher.close()
+    assert session_processes(sid) == [], "every process of this Ray head is gone"
+    assert not head.temp_dir.exists()
+    assert (run / "ray" / "logs").is_dir() and any((run / "ray" / "logs").iterdir())
+
+
+def test_exit_code_and_output_come_back_through_the_actor(launcher: RayLauncher, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    script = ("echo nice=$(ps -o ni= -p $$ | tr -d ' ') blocked=$(grep SigBlk /proc/self/status | cut -f2) "
+              "marker=$MARKER; exit 7")
+    process = launcher.start(["bash", "-c", script], {**os.environ, "MARKER": "abc"}, tmp_path, log)
+    assert process.wait(60) == 7 and process.poll() == 7
+    text = log.read_text()
+    assert "marker=abc" in text  # the environment the supervisor passed, not the Ray worker's
+    assert "nice=0 " in text  # not Ray's worker niceness (15)
+    assert "blocked=0000000000000000" in text  # not the Ray executor thread's signal mask
+
+
+def test_signals_reach_the_whole_process_group(launcher: RayLauncher, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    process = launcher.start(["bash", "-c", "sleep 300 & echo child=$!; wait"], dict(os.environ), tmp_path, log)
+    deadline = time.monotonic() + 30
+    while "child=" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child = int(log.read_text().split("child=")[1].split()[0])
+    assert process.poll() is None
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(30) == -signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while pid_alive(child):  # the grandchild went with the group (a zombie at most)
+        assert time.monotonic() < deadline, "a process of the training outlived it"
+        time.sleep(0.05)
+
+
+def test_ray_metrics_endpoint_is_on_loopback(launcher: RayLauncher) -> None:
+    import urllib.request
+
+    info = launcher.describe()
+    assert info["address"].startswith("127.0.0.1:")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{info['metrics_port']}/metrics", timeout=5) as resp:
+                if b"ray_" in resp.read():
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "Ray never served its metrics"
+        time.sleep(0.5)
+
+
+def test_without_ray_the_training_still_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from mxc.runtime import ray_launcher
+    from mxc.runtime.local_launcher import LocalProcess
+
+    def broken(self: object, num_cpus: int = 1) -> None:
+        raise RuntimeError("ray start exited 1")
+
+    monkeypatch.setattr(ray_launcher.RayHead, "launch", broken)
+    launcher = RayLauncher()
+    launcher.prepare(tmp_path)
+    process = launcher.start(["bash", "-c", "exit 3"], dict(os.environ), tmp_path, tmp_path / "train.log")
+    assert isinstance(process, LocalProcess) and process.wait(30) == 3
+    assert "could not start Ray: ray start exited 1" in launcher.describe()["error"]
+    assert "training runs without Ray" in capsys.readouterr().err
+    launcher.close()

@@ -1,0 +1,242 @@
+"""`mxc run` of the tiny model with observability on: real MaxText, real Ray, real Prometheus.
+
+One run is shared by the module (CPU is scarce): its training is SIGKILLed after a
+checkpoint, so it also restarts once. Everything else is asked afterwards, when every
+process of the run has exited, through the CLI (`mxc metrics`, `mxc report`, `mxc dashboard`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mxc.runtime.observe import pid_alive
+from mxc.runtime.ray_launcher import session_processes
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.training
+
+STEPS = 30
+BUILD_SETS = (
+    "observability.enabled=true",
+    "observability.scrape_interval=1",
+    "model.overrides.per_device_batch_size=32",  # slow enough steps to kill one mid-run
+    "checkpoint.period=5",
+    "runtime.preflight.stale_processes=false",  # other trainings on a shared machine
+)
+TRAINER = "maxtext.trainers.pre_train.train"
+
+
+class Home:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "MXC_HOME": str(self.path)}
+
+    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env(), capture_output=True,
+                              text=True, timeout=timeout)
+
+    def json(self, *args: str) -> Any:
+        out = self.cli(*args, "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+
+def wait_for(what: str, check: Callable[[], Any], proc: subprocess.Popen[str], timeout: float = 600) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            pytest.fail(f"mxc exited ({proc.returncode}) while waiting for {what}\n{err[-3000:]}")
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def run_processes(run: Path) -> list[tuple[int, str]]:
+    """Live processes that inherited the run's MXC_RUN_DIR (the training and its helpers)."""
+    marker = f"MXC_RUN_DIR={run}".encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environ and state != "Z":
+            out.append((int(entry.name), cmdline))
+    return out
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Home:
+    return Home(tmp_path_factory.mktemp("observe-home") / "mxc")
+
+
+@pytest.fixture(scope="module")
+def run(home: Home) -> Path:
+    args = ["build", str(REPO / "specs/tiny.yaml"), "-q"]
+    for setting in BUILD_SETS:
+        args += ["--set", setting]
+    built = home.cli(*args)
+    assert built.returncode == 0, built.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "mxc", "run", built.stdout.strip(), "-q"], cwd=REPO,
+                            env=home.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = home.path / "runs"
+    run: Path = wait_for("the run directory", lambda: next(iter(runs.iterdir()), None) if runs.is_dir() else None, proc)
+    checkpoints = run / "output" / run.name / "checkpoints"
+
+    def checkpoint() -> int | None:
+        done = [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()] if checkpoints.is_dir() else []
+        return max((s for s in done if 5 <= s < STEPS - 1), default=None)
+
+    wait_for("a checkpoint at step >= 5", checkpoint, proc)
+    pid = next((p for p, cmd in run_processes(run) if TRAINER in cmd), None)
+    assert pid is not None, "the trainer runs under the Ray actor with the run's environment"
+    os.kill(pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err
+    return run
+
+
+def record_of(run: Path) -> dict[str, Any]:
+    return json.loads((run / "record.json").read_text())
+
+
+def merged_losses(run: Path) -> dict[int, float]:
+    return {int(m["step"]): m["learning/loss"] for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+
+
+def query(home: Home, run: Path, expr: str) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = home.json("metrics", run.name, "--query", expr, "--step", "1")["result"]
+    return result
+
+
+def test_the_run_trained_restarted_and_recorded_its_observability(run: Path) -> None:
+    record = record_of(run)
+    assert record["status"] == "succeeded" and record["restarts"] == 1
+    assert record["attempts"][0]["signal"] == "SIGKILL"
+    obs = record["observability"]
+    assert obs["errors"] == []
+    assert obs["exporter"]["url"].startswith("http://127.0.0.1:") and obs["exporter"]["bind"] == "127.0.0.1"
+    assert obs["prometheus"]["url"].startswith("http://127.0.0.1:")
+    ray = obs["ray"]
+    assert ray["address"].startswith("127.0.0.1:") and ray["metrics_port"] > 0
+    assert len(set(ray["ports"].values())) == len(ray["ports"])  # every Ray server on its own picked port
+    targets = sorted(p.name for p in (run / "prometheus/targets").iterdir())
+    assert targets == [f"exporter-{os.uname().nodename}.json", f"ray-{os.uname().nodename}.json"]
+    # Every process of the run has exited: exporter, Prometheus, the Ray head and all of its session.
+    assert not pid_alive(obs["exporter"]["pid"]) and not pid_alive(obs["prometheus"]["pid"])
+    assert not pid_alive(ray["head_pid"]) and session_processes(ray["head_pid"]) == []
+    assert run_processes(run) == []
+    assert not Path(ray["temp_dir"]).exists() and (run / "ray/logs").is_dir()
+    assert (run / "observability/summary.json").is_file()
+
+
+def test_loss_and_step_series_in_the_tsdb_match_metrics_jsonl(home: Home, run: Path) -> None:
+    losses = merged_losses(run)
+    assert sorted(losses) == list(range(STEPS))
+    [steps] = query(home, run, "mxc_train_last_step")  # one series for the run, across the restart
+    [loss] = query(home, run, "mxc_train_loss")
+    assert steps["metric"]["run"] == run.name and "attempt" not in steps["metric"]
+    at_step = {t: int(v) for t, v in steps["values"]}
+    pairs = [(at_step[t], v) for t, v in loss["values"] if t in at_step]
+    assert len(pairs) >= 3
+    for step, value in pairs:
+        assert value == losses[step], f"step {step}: TSDB {value!r} != metrics.jsonl {losses[step]!r}"  # exact
+    assert steps["values"][-1][1] == STEPS - 1 and loss["values"][-1][1] == losses[STEPS - 1]  # the final step is in
+
+
+def test_restarts_are_annotations_on_one_run(home: Home, run: Path) -> None:
+    series = {s["series"].split("{")[0]: s for s in home.json("metrics", run.name)["series"]}
+    assert series["mxc_run_restarts_total"]["last"] == 1
+    assert series["mxc_train_attempt"]["last"] == 1
+    started = query(home, run, "mxc_run_attempt_start_timestamp_seconds")
+    assert sorted(s["metric"]["attempt"] for s in started) == ["0", "1"]
+    [total] = query(home, run, "mxc_train_step_total")
+    assert total["values"][-1][1] >= STEPS  # recomputed steps after the restart count as work
+
+
+def test_host_and_ray_series_are_in_the_tsdb(home: Home, run: Path) -> None:
+    everything = home.json("metrics", run.name, "--all")
+    names = {s["metric"]["__name__"] for s in everything["series"]}
+    assert {"mxc_host_cpu_seconds_total", "mxc_host_memory_available_bytes", "mxc_host_network_received_bytes_total",
+            "mxc_host_disk_read_bytes_total", "mxc_host_filesystem_free_bytes"} <= names
+    ray_series = [s for s in everything["series"] if s["metric"].get("job") == "ray"]
+    assert ray_series, "Ray's own metrics are scraped into the same TSDB"
+    assert everything["live"] is False  # reopened after the run, read-only
+    text = home.cli("metrics", run.name)
+    assert text.returncode == 0 and "mxc_train_loss" in text.stdout and "reopened read-only" in text.stdout
+
+
+def test_report_renders_one_run_and_two_side_by_side(home: Home, run: Path, tmp_path: Path) -> None:
+    png = tmp_path / "report.png"
+    out = home.cli("report", run.name, "-o", str(png))
+    assert out.returncode == 0, out.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 50_000
+    twin = run.parent / (run.name[:-8] + "ffffffff")  # a second run to compare with (same data, new id)
+    shutil.copytree(run, twin, symlinks=True)
+    try:
+        page = tmp_path / "compare.html"
+        summary = home.json("report", run.name, twin.name, "-o", str(page))
+        text = page.read_text()
+        assert "data:image/png;base64," in text and run.name in text and twin.name in text
+        first, second = summary["runs"]
+        assert first["final_loss"] == merged_losses(run)[STEPS - 1] and first["restarts"] == 1
+        assert first["steps"] == second["steps"] == STEPS
+        if os.environ.get("MXC_REPORT_COPY"):  # to look at the pictures: MXC_REPORT_COPY=/some/dir
+            keep = Path(os.environ["MXC_REPORT_COPY"])
+            shutil.copy(png, keep / "report.png")
+            assert home.cli("report", run.name, twin.name, "-o", str(keep / "compare.png")).returncode == 0
+    finally:
+        shutil.rmtree(twin)
+
+
+def test_dashboard_serves_prometheus_and_tensorboard_until_ctrl_c(home: Home, run: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "mxc", "dashboard", run.name, "--json"], cwd=REPO, env=home.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while True:
+            line = proc.stdout.readline() if proc.stdout else ""
+            assert line, f"dashboard exited: {proc.stderr.read() if proc.stderr else ''}"
+            lines.append(line)
+            if line.rstrip() == "}":
+                break
+        urls = json.loads("".join(lines))
+        assert urls["prometheus"].startswith("http://127.0.0.1:") and urls["tensorboard"].startswith("http://127.0.0.1:")
+        base = urls["prometheus"].split("/graph")[0]
+        params = urllib.parse.urlencode({"query": "max_over_time(mxc_train_last_step[1h])",
+                                         "time": str(time.time() - 1)})
+        # the reopened TSDB answers with the run's history
+        with urllib.request.urlopen(f"{base}/api/v1/query?{params}", timeout=30) as resp:
+            answer = json.loads(resp.read())
+        assert answer["status"] == "success"
+        with urllib.request.urlopen(urls["tensorboard"], timeout=30) as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(urls["tensorboard"] + "data/runs", timeout=30) as resp:
+            assert json.loads(resp.read()), "TensorBoard sees the run's event files"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    with pytest.raises(OSError):
+        urllib.request.urlopen(urls["tensorboard"], timeout=5)
