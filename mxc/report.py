@@ -25,6 +25,7 @@ from mxc.runtime.rundir import RunDir
 LOSS, STEP_TIME = "learning/loss", "perf/step_time_seconds"
 TOKENS, LR = "perf/per_device_tokens_per_sec", "learning/current_learning_rate"
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
+STYLES = ("-", "--", ":", "-.")  # a second run stays visible where it overlaps the first
 
 
 @dataclass
@@ -173,7 +174,7 @@ def _fmt(value: float | None, unit: str = "", digits: int = 4) -> str:
 
 def _restart_lines(ax: Any, xs: list[float], color: str) -> None:
     for x in xs:
-        ax.axvline(x, color=color, linestyle="--", linewidth=1, alpha=0.7)
+        ax.axvline(x, color=color, linestyle=":", linewidth=1.5, alpha=0.8)
 
 
 def _no_data(ax: Any, text: str) -> None:
@@ -206,22 +207,22 @@ def render_png(runs: list[RunData]) -> bytes:
 
     (ax_loss, ax_time), (ax_tok, ax_lr), (ax_cpu, ax_mem) = axes[0], axes[1], axes[2]
     for i, r in enumerate(runs):
-        color = COLORS[i % len(COLORS)]
+        color, style = COLORS[i % len(COLORS)], STYLES[i % len(STYLES)]
         short = r.run.run_id
         xs, ys = r.series(LOSS)
-        ax_loss.plot(xs, ys, color=color, label=short, linewidth=1.6)
+        ax_loss.plot(xs, ys, color=color, linestyle=style, label=short, linewidth=1.6)
         xs, ys = r.series(STEP_TIME)
-        ax_time.plot(xs, [y * 1000 for y in ys], color=color, linewidth=1.2, marker=".", markersize=3)
+        ax_time.plot(xs, [y * 1000 for y in ys], color=color, linestyle=style, linewidth=1.2, marker=".", markersize=3)
         xs, ys = r.series(TOKENS)
-        ax_tok.plot(xs, ys, color=color, linewidth=1.2, marker=".", markersize=3)
+        ax_tok.plot(xs, ys, color=color, linestyle=style, linewidth=1.2, marker=".", markersize=3)
         xs, ys = r.series(LR)
-        ax_lr.plot(xs, ys, color=color, linewidth=1.4)
+        ax_lr.plot(xs, ys, color=color, linestyle=style, linewidth=1.4)
         for ax in (ax_loss, ax_time, ax_tok, ax_lr):
             _restart_lines(ax, [float(x) for x in r.restarts_at_step], color)
         if "cpu" in r.host:
-            ax_cpu.plot(*zip(*r.host["cpu"], strict=True), color=color, linewidth=1.3)
+            ax_cpu.plot(*zip(*r.host["cpu"], strict=True), color=color, linestyle=style, linewidth=1.3)
         if "memory" in r.host:
-            ax_mem.plot(*zip(*r.host["memory"], strict=True), color=color, linewidth=1.3)
+            ax_mem.plot(*zip(*r.host["memory"], strict=True), color=color, linestyle=style, linewidth=1.3)
         for ax in (ax_cpu, ax_mem):
             _restart_lines(ax, r.restarts_at_time, color)
             for begin, end in r.training_spans:
@@ -250,7 +251,7 @@ def render_png(runs: list[RunData]) -> bytes:
             ax.set(title=panel, xlabel="seconds since run start")
     ax_loss.legend(fontsize=8, loc="upper right")
     if any(r.restarts_at_step for r in runs):
-        ax_loss.plot([], [], color="#555555", linestyle="--", label="restart (resumed from checkpoint)")
+        ax_loss.plot([], [], color="#555555", linestyle=":", linewidth=1.5, label="restart (resumed from checkpoint)")
         ax_loss.legend(fontsize=8, loc="upper right")
     for ax in axes.flat:
         ax.grid(True, alpha=0.3)
@@ -299,7 +300,7 @@ img{{max-width:100%}} .note{{color:#666;font-size:12px}}</style></head>
 <table>{''.join(rows)}</table>
 <img alt="training and host metrics" src="data:image/png;base64,{image}">
 <p class="note">Per-step curves: each run's metrics.jsonl (MaxText metrics_file, every step, full precision).
-Host/GPU curves: the run's Prometheus TSDB. Dashed lines: restarts (resumed from a checkpoint).</p>
+Host/GPU curves: the run's Prometheus TSDB. Dotted vertical lines: restarts (resumed from a checkpoint).</p>
 {f'<ul class="note">{notes}</ul>' if notes else ''}
 </body></html>
 """

@@ -292,7 +292,9 @@ def default_config(scrape_interval: int, job: str) -> str:
     return (f"global:\n  scrape_interval: {scrape_interval}s\n  evaluation_interval: {scrape_interval}s\n"
             f"  external_labels:\n    mxc_job: {json.dumps(job)}\nscrape_configs:\n"
             "  - job_name: mxc-exporter\n    file_sd_configs:\n      - files: ['targets/exporter-*.json']\n"
-            "  - job_name: ray\n    file_sd_configs:\n      - files: ['targets/ray-*.json']\n")
+            f"  - job_name: ray\n    scrape_interval: {max(scrape_interval, 15)}s\n"
+            f"    scrape_timeout: {max(scrape_interval, 15)}s\n"
+            "    file_sd_configs:\n      - files: ['targets/ray-*.json']\n")
 
 
 def _log_line(run: RunDir, text: str) -> None:

@@ -106,7 +106,8 @@ class RayHead:
                 f"--dashboard-agent-grpc-port={ports['agent_grpc']}", f"--runtime-env-agent-port={ports['runtime_env']}",
                 f"--node-manager-port={ports['node_manager']}", f"--object-manager-port={ports['object_manager']}",
                 f"--dashboard-port={ports['dashboard']}", f"--dashboard-host={self.bind}", "--include-dashboard=false",
-                f"--num-cpus={num_cpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats", "--no-monitor"]
+                f"--num-cpus={num_cpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats", "--no-monitor",
+                "--include-log-monitor=false"]  # no autoscaler, no log streaming: idle CPU stays near zero
         env = {**os.environ, **self.environment()}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
