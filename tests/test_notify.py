@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from mxc.runtime import notify
 from mxc.runtime.notify import NotifyConfig, send
 
 from tests.conftest import REPO, Mxc

@@ -178,7 +178,7 @@ def _dashboard(args: argparse.Namespace) -> int:
             if args.json:
                 print_json({"run": run.run_id, "live": tsdb.live, **urls})
             else:
-                how = "live" if tsdb.live else f"run's TSDB reopened read-only ({run.tsdb / 'data'})"
+                how = "the run's live Prometheus" if tsdb.live else f"the run's TSDB, reopened read-only from {run.tsdb / 'data'}"
                 print(f"Prometheus   {urls['prometheus']}\n             ({how})")
                 if "tensorboard" in urls:
                     print(f"TensorBoard  {urls['tensorboard']}")
