@@ -28,7 +28,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -173,19 +172,13 @@ def main() -> int:
     parser.add_argument("--skip-scrape", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     opts = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="mxc-observe-bench-"))
     result: dict[str, object] = {}
-    try:
+    with run_overhead.scratch("mxc-observe-bench-", opts.keep) as work:
         if not opts.skip_scrape:
             result.update(scraping(work))
         if not opts.skip_training:
             result.update(training(opts, work))
         print(json.dumps(result))
-    finally:
-        if opts.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

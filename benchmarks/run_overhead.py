@@ -20,6 +20,7 @@ Targets (issue 4): ratio >= 0.99, time-to-first-step overhead <= 0.5 s without o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -146,6 +147,19 @@ def run_mxc(home: Path, digest: str, env: dict[str, str]) -> tuple[float, float,
     return first, steps_per_second(log), launch[0] if launch else float("nan")
 
 
+@contextlib.contextmanager
+def scratch(prefix: str, keep: bool) -> Iterator[Path]:
+    """A scratch directory for one benchmark, removed afterwards unless ``--keep``."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield work
+    finally:
+        if keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=200)
@@ -153,11 +167,10 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     opts = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="mxc-bench-"))
-    home = work / "home"
-    cache = home / "cache" / "jax"  # where `mxc run` puts the compilation cache: both share it
-    env = {**os.environ, "MXC_HOME": str(home), "JAX_PLATFORMS": "cpu"}
-    try:
+    with scratch("mxc-bench-", opts.keep) as work:
+        home = work / "home"
+        cache = home / "cache" / "jax"  # where `mxc run` puts the compilation cache: both share it
+        env = {**os.environ, "MXC_HOME": str(home), "JAX_PLATFORMS": "cpu"}
         digest, spec = build(home, opts.steps)
         print(f"bundle {digest[:12]}: tiny model, {opts.steps} steps, {opts.repeats} repeat(s)", file=sys.stderr)
         run_bare(work, spec, cache, 0, env)  # warm the compilation cache
@@ -187,11 +200,6 @@ def main() -> int:
               f"{mxc_first - bare_first:+.2f}s median, {min_overhead:+.2f}s min-to-min   (target <= 0.5 s)")
         print(f"launch overhead (mxc start -> MaxText process start, the part mxc adds): {launch:.2f}s median")
         print(json.dumps(result))
-    finally:
-        if opts.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

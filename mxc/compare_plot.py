@@ -9,12 +9,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mxc.report import COLORS, LOSS, STEP_TIME, TOKENS, RunData, _clip_compile_steps, _fmt
+from mxc.fsutil import write_atomic
+from mxc.report import COLORS, LOSS, STEP_TIME, TOKENS, RunData, _clip_compile_steps, _fmt, finish_png
 
 
 def render_png(a: RunData, b: RunData, comparison: Any) -> bytes:
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,19 +67,9 @@ def render_png(a: RunData, b: RunData, comparison: Any) -> bytes:
     ax_time.set(title="Step time (steps 0-1 compile; clipped)", xlabel="step", ylabel="ms per step")
     ax_tok.set(title="Throughput", xlabel="step", ylabel="tokens/s per device")
     ax_loss.legend(fontsize=8, loc="upper right")
-    for ax in axes.flat:
-        ax.grid(True, alpha=0.3)
-        ax.title.set_fontsize(10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - header / height))
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    return finish_png(fig, axes, header / height)
 
 
 def write_png(a: RunData, b: RunData, comparison: Any, output: Path) -> Path:
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp")
-    tmp.write_bytes(render_png(a, b, comparison))
-    tmp.replace(output)
+    write_atomic(output, render_png(a, b, comparison))
     return output

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+def write_atomic(path: Path, content: str | bytes, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content.encode() if isinstance(content, str) else content)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)

@@ -253,10 +253,17 @@ def render_png(runs: list[RunData]) -> bytes:
     if any(r.restarts_at_step for r in runs):
         ax_loss.plot([], [], color="#555555", linestyle=":", linewidth=1.5, label="restart (resumed from checkpoint)")
         ax_loss.legend(fontsize=8, loc="upper right")
+    return finish_png(fig, axes, header / height)
+
+
+def finish_png(fig: Any, axes: Any, header_fraction: float) -> bytes:
+    """The common finish of every mxc figure: grids, title size, room for the header lines."""
+    import matplotlib.pyplot as plt
+
     for ax in axes.flat:
         ax.grid(True, alpha=0.3)
         ax.title.set_fontsize(10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - header / height))
+    fig.tight_layout(rect=(0, 0, 1, 1 - header_fraction))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     plt.close(fig)
@@ -316,10 +323,5 @@ def write_report(runs: list[RunData], output: Path) -> Path:
     from mxc.fsutil import write_atomic
 
     png = render_png(runs)
-    if output.suffix.lower() == ".png":
-        tmp = output.with_name(f".{output.name}.tmp")
-        tmp.write_bytes(png)
-        tmp.replace(output)
-    else:
-        write_atomic(output, render_html(runs, png))
+    write_atomic(output, png if output.suffix.lower() == ".png" else render_html(runs, png))
     return output

@@ -27,23 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mxc.runtime.procfs import group_processes
+
 PYSPY_TIMEOUT = 60.0
-
-
-def group_processes(pgid: int) -> list[int]:
-    """Live processes of one process group (the training attempt and everything it started)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry))
-    return sorted(out)
 
 
 def is_python(pid: int) -> bool:

@@ -41,6 +41,7 @@ from typing import Any
 
 from mxc.runtime.lifetime import tied_to_caller
 from mxc.runtime.local_launcher import LocalLauncher, LocalProcess
+from mxc.runtime.procfs import session_processes
 from mxc.runtime.prometheus import free_ports
 
 HEAD_TIMEOUT = 120.0
@@ -48,22 +49,6 @@ HEAD_TIMEOUT = 120.0
 # nice 15 it loses every CPU contest on a shared node (measured: half the steps/s).
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": "0"}
 LOG_COPY_LIMIT = 20 * 1024 * 1024  # bytes of Ray logs kept in the run directory
-
-
-def session_processes(sid: int) -> list[int]:
-    """Live (non-zombie) processes of one session, found in /proc."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 3 and fields[0] != "Z" and int(fields[3]) == sid:
-            out.append(int(entry))
-    return out
 
 
 @dataclass

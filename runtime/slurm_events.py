@@ -22,13 +22,12 @@ from typing import Any
 
 from mxc.runtime.record import Attempt, RunRecord
 from mxc.runtime.rundir import RunDir
+from mxc.runtime.trainlog import RESTORE_LINE, STEP_PREFIX
 
 BATCH_EVENTS = "batch.jsonl"
 RESUBMIT_REQUEST = "resubmit.request"
 CANCEL_REQUEST = "cancel.request"
 
-_RESTORE = re.compile(r"restoring from this run's directory step (\d+)")
-_STEP = re.compile(r"completed step: (\d+),")
 _BATCH_START = re.compile(r"\[mxc batch \d+\] nodes .* restart (\d+) of at most")
 _SRUN_TASK_ERROR = re.compile(r"^srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)$")
 
@@ -130,11 +129,11 @@ class LogFacts:
         for raw in data[:end].decode("utf-8", errors="replace").splitlines():
             if match := _BATCH_START.search(raw):
                 self.restart = int(match[1])
-            elif match := _RESTORE.search(raw):
+            elif match := RESTORE_LINE.search(raw):
                 self.resumed[self.restart] = int(match[1])
             elif (match := _SRUN_TASK_ERROR.match(raw)) and self.restart not in self.srun_first_error:
                 self.srun_first_error[self.restart] = {"node": match[1], "rank": int(match[2]), "what": match[3]}
-            elif match := _STEP.search(raw):
+            elif match := STEP_PREFIX.search(raw):
                 step = int(match[1])
                 self.last_step[self.restart] = max(step, self.last_step.get(self.restart, -1))
         self.offset += end

@@ -12,9 +12,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+# The one definition of MaxText's per-step line; the Slurm record and triage read it too.
+STEP_PREFIX = re.compile(r"completed step: (?P<step>\d+), seconds: (?P<seconds>[\d.]+)")
 STEP_LINE = re.compile(
-    r"completed step: (?P<step>\d+), seconds: (?P<seconds>[\d.]+)"
-    r"(?:, TFLOP/s/device: [\d.]+, Tokens/s/device: [\d.]+)?, total_weights: \S+, loss: (?P<loss>[^,\s]+)"
+    STEP_PREFIX.pattern
+    + r"(?:, TFLOP/s/device: [\d.]+, Tokens/s/device: [\d.]+)?, total_weights: \S+, loss: (?P<loss>[^,\s]+)"
 )
 RESTORE_LINE = re.compile(r"restoring from this run's directory step (?P<step>\d+)")
 # Lines that say why an attempt failed, best first: mxc's own stage messages, then Python's

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -43,6 +45,41 @@ def mxc(mxc_home: Path) -> Mxc:
     return run
 
 
+@dataclass(frozen=True)
+class Home:
+    """One MXC_HOME shared by a module's tests (training is too slow to repeat per test)."""
+
+    path: Path
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "MXC_HOME": str(self.path)}
+
+    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def json(self, *args: str) -> Any:
+        out = self.cli(*args, "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def runs(self) -> set[Path]:
+        root = self.path / "runs"
+        return set(root.iterdir()) if root.is_dir() else set()
+
+    def build(self, spec: Path, sets: tuple[str, ...]) -> str:
+        args = ["build", str(spec), "-q"]
+        for setting in sets:
+            args += ["--set", setting]
+        out = self.cli(*args)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+
 def store_snapshot(home: Path) -> list[str]:
     """Every path under MXC_HOME, to prove a failed command wrote nothing."""
     if not home.exists():
@@ -59,3 +96,10 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 
     with running_cluster(nodes=2, gpus=4) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """This test's mxc talks to the test cluster, and all Slurm tests share one JAX compilation cache."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    monkeypatch.setenv("MXC_JAX_CACHE", str(tmp_path_factory.getbasetemp() / "jax-cache"))

@@ -16,6 +16,7 @@ from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
 
 from tests.conftest import REPO, Mxc
+from tests.processes import run_processes
 from tests.slurm_cluster import SlurmCluster
 
 TINY = str(REPO / "specs" / "tiny.yaml")
@@ -109,19 +110,7 @@ def checkpoints(home: Path, run_id: str) -> set[int]:
 
 def processes_of(run: RunDir) -> list[int]:
     """Pids of processes started for this run (their environment names its run directory)."""
-    needle = f"MXC_RUN_DIR={run.path}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if needle in (proc / "environ").read_bytes().split(b"\0"):
-                stat = (proc / "stat").read_text()
-                if stat.rsplit(")", 1)[1].split()[0] != "Z":
-                    found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
+    return [pid for pid, _ in run_processes(run.path)]
 
 
 def leave_little_time(cluster: SlurmCluster, job_id: str) -> int:

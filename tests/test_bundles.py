@@ -98,7 +98,8 @@ def test_injection_strings_stay_inert_in_every_script(mxc: Mxc, mxc_home: Path, 
         f"extends: {REPO}/specs/tiny.yaml\n"
         "env:\n  vars:\n" + "".join(f"    EVIL_{i}: {q(p)}\n" for i, p in enumerate(payloads))
         + "model:\n  overrides:\n" + "".join(f"    evil_{i}: {q(p)}\n" for i, p in enumerate(payloads))
-        + f"runtime:\n  python: {q(payloads[0])}\n  preflight:\n    stale_processes: false\ncheckpoint:\n  dir: {q('/tmp/' + payloads[3])}\n"
+        + f"runtime:\n  python: {q(payloads[0])}\n  preflight:\n    stale_processes: false\n"
+        + f"checkpoint:\n  dir: {q('/tmp/' + payloads[3])}\n"
         + f"code:\n  pythonpath: {q(payloads[2])}\n"
     )
     digest = build(mxc, str(spec))

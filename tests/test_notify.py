@@ -27,6 +27,7 @@ from mxc.runtime import notify
 from mxc.runtime.notify import NotifyConfig, send
 
 from tests.conftest import REPO, Mxc
+from tests.processes import trainer_pids
 
 TINY = REPO / "specs" / "tiny.yaml"
 TOKEN = "123456789:AAH-s3cr3t-T0ken-abcdefghijklmnopqrstu"
@@ -296,17 +297,9 @@ def test_a_dead_webhook_never_fails_a_run_and_restarts_are_alerted(hook: Hook, m
         while not stop.is_set():
             runs = list((mxc_home / "runs").glob("*/train.log"))
             if runs and "completed step: 3," in runs[0].read_text(errors="replace"):
-                run_dir = runs[0].parent
-                for proc in Path("/proc").iterdir():
-                    try:
-                        environ = (proc / "environ").read_bytes().split(b"\0")
-                        cmd = (proc / "cmdline").read_bytes()
-                    except OSError:
-                        continue
-                    if f"MXC_RUN_DIR={run_dir}".encode() in environ and b"maxtext.trainers" in cmd \
-                            and not cmd.startswith((b"bash", b"timeout")):
-                        os.kill(int(proc.name), 9)
-                        return
+                for pid in trainer_pids(runs[0].parent):
+                    os.kill(pid, 9)
+                    return
             time.sleep(0.1)
 
     killer = threading.Thread(target=kill_first_attempt, daemon=True)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from mxc.runtime.observe import pid_alive
-from mxc.runtime.ray_launcher import RayLauncher, session_processes
+from mxc.runtime.procfs import session_processes
+from mxc.runtime.ray_launcher import RayLauncher
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 from mxc.runtime.observe import pid_alive
-from mxc.runtime.ray_launcher import session_processes
+from mxc.runtime.procfs import session_processes
 
-from tests.conftest import REPO
+from tests.conftest import REPO, Home
+from tests.processes import TRAINER, run_processes
 
 pytestmark = pytest.mark.training
 
@@ -36,24 +37,6 @@ BUILD_SETS = (
     "checkpoint.period=5",
     "runtime.preflight.stale_processes=false",  # other trainings on a shared machine
 )
-TRAINER = "maxtext.trainers.pre_train.train"
-
-
-class Home:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "MXC_HOME": str(self.path)}
-
-    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env(), capture_output=True,
-                              text=True, timeout=timeout)
-
-    def json(self, *args: str) -> Any:
-        out = self.cli(*args, "--json")
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
 
 
 def wait_for(what: str, check: Callable[[], Any], proc: subprocess.Popen[str], timeout: float = 600) -> Any:
@@ -69,24 +52,6 @@ def wait_for(what: str, check: Callable[[], Any], proc: subprocess.Popen[str], t
     pytest.fail(f"timed out waiting for {what}")
 
 
-def run_processes(run: Path) -> list[tuple[int, str]]:
-    """Live processes that inherited the run's MXC_RUN_DIR (the training and its helpers)."""
-    marker = f"MXC_RUN_DIR={run}".encode()
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker in environ and state != "Z":
-            out.append((int(entry.name), cmdline))
-    return out
-
-
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Home:
     return Home(tmp_path_factory.mktemp("observe-home") / "mxc")
@@ -94,13 +59,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Home:
 
 @pytest.fixture(scope="module")
 def run(home: Home) -> Path:
-    args = ["build", str(REPO / "specs/tiny.yaml"), "-q"]
-    for setting in BUILD_SETS:
-        args += ["--set", setting]
-    built = home.cli(*args)
-    assert built.returncode == 0, built.stderr
-    proc = subprocess.Popen([sys.executable, "-m", "mxc", "run", built.stdout.strip(), "-q"], cwd=REPO,
-                            env=home.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = home.start("run", home.build(REPO / "specs/tiny.yaml", BUILD_SETS), "-q")
     runs = home.path / "runs"
     run: Path = wait_for("the run directory", lambda: next(iter(runs.iterdir()), None) if runs.is_dir() else None, proc)
     checkpoints = run / "output" / run.name / "checkpoints"

@@ -14,14 +14,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, Home
+from tests.processes import TRAINER, run_processes
 
 pytestmark = pytest.mark.training
 
@@ -32,27 +32,6 @@ BUILD_SETS = (
     # Other trainings on a shared development machine must not fail this one's preflight.
     "runtime.preflight.stale_processes=false",
 )
-TRAINER = "maxtext.trainers.pre_train.train"
-
-
-@dataclass(frozen=True)
-class Home:
-    path: Path
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "MXC_HOME": str(self.path)}
-
-    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env(),
-                              capture_output=True, text=True, timeout=timeout)
-
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def runs(self) -> set[Path]:
-        root = self.path / "runs"
-        return set(root.iterdir()) if root.is_dir() else set()
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +41,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Home:
 
 @pytest.fixture(scope="module")
 def bundle(home: Home) -> str:
-    args = ["build", str(REPO / "specs/tiny.yaml"), "-q"]
-    for setting in BUILD_SETS:
-        args += ["--set", setting]
-    out = home.cli(*args)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
+    return home.build(REPO / "specs/tiny.yaml", BUILD_SETS)
 
 
 @pytest.fixture(scope="module")
@@ -91,22 +65,6 @@ def metrics_of(run: Path) -> list[dict]:
 def learning(metrics: list[dict]) -> dict[int, dict[str, float]]:
     """step -> every learning/* value (exact floats; perf/* timings legitimately differ)."""
     return {int(m["step"]): {k: v for k, v in m.items() if k.startswith("learning/")} for m in metrics}
-
-
-def processes_of(run: Path) -> Iterator[tuple[int, str]]:
-    """(pid, cmdline) of every live process started for this run (they inherit MXC_RUN_DIR)."""
-    marker = f"MXC_RUN_DIR={run}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker in environ and state != "Z":
-            yield int(entry.name), cmdline
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 300,
@@ -141,7 +99,7 @@ def log_text(run: Path) -> str:
 
 
 def trainer_pid(run: Path) -> int | None:
-    return next((pid for pid, cmd in processes_of(run) if TRAINER in cmd), None)
+    return next((pid for pid, cmd in run_processes(run) if TRAINER in cmd), None)
 
 
 # ---- the straight-through run
@@ -250,7 +208,7 @@ def test_sigkill_mid_run_resumes_from_the_checkpoint(home: Home, bundle: str, ba
     merged = metrics_of(run)
     assert [m["step"] for m in merged] == [float(s) for s in range(STEPS)]  # each step exactly once
     assert learning(merged) == learning(metrics_of(base_run))  # bitwise equal to straight-through
-    assert list(processes_of(run)) == []
+    assert list(run_processes(run)) == []
 
 
 # ---- cancellation
@@ -265,7 +223,7 @@ def test_cancel_stops_training_and_leaves_no_process(home: Home, bundle: str, si
         wait_for("the first step", lambda: "completed step: 0," in log_text(run), proc=proc)
     else:  # while the trainer is still starting
         wait_for("the trainer process", lambda: trainer_pid(run), proc=proc)
-    started = [pid for pid, _ in processes_of(run)]
+    started = [pid for pid, _ in run_processes(run)]
     assert started
     proc.send_signal(signum)
     _out, err = proc.communicate(timeout=120)
@@ -274,7 +232,7 @@ def test_cancel_stops_training_and_leaves_no_process(home: Home, bundle: str, si
     assert record["status"] == "cancelled" and record["final"] is True
     assert record["cancelled_by"] == signal.Signals(signum).name
     assert record["ended"] and record["attempts"][-1]["exit_code"] is not None
-    assert list(processes_of(run)) == []
+    assert list(run_processes(run)) == []
     for pid in started:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
     listed = json.loads(home.cli("runs", "--json").stdout)

@@ -18,6 +18,7 @@ import pytest
 from mxc.runtime.rundir import RunDir
 
 from tests.conftest import Mxc
+from tests.processes import trainer_pids
 from tests.slurm_cluster import SlurmCluster
 from tests.slurm_jobs import (
     batch_events,
@@ -33,27 +34,12 @@ from tests.slurm_jobs import (
     wait_for,
 )
 
-pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture(autouse=True)
-def _slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    monkeypatch.setenv("MXC_JAX_CACHE", str(tmp_path_factory.getbasetemp() / "jax-cache"))
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_env")]
 
 
 def trainer_of(run: RunDir, rank: int) -> int | None:
     """The pid of rank ``rank``'s training process (MaxText's Python), once it runs."""
-    for pid in processes_of(run):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"maxtext.trainers.pre_train.train" in cmdline and f"SLURM_PROCID={rank}".encode() in environ \
-                and not cmdline.startswith(b"timeout"):
-            return pid
-    return None
+    return next(iter(trainer_pids(run.path, rank)), None)
 
 
 def requeue_of(attempt: object) -> dict[str, str]:

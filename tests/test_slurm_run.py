@@ -28,13 +28,7 @@ from tests.slurm_jobs import (
     wait_for,
 )
 
-pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture(autouse=True)
-def _slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    monkeypatch.setenv("MXC_JAX_CACHE", str(tmp_path_factory.getbasetemp() / "jax-cache"))
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_env")]
 
 
 def test_cancel_ends_the_job_and_every_process(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:

@@ -30,13 +30,7 @@ from tests.slurm_jobs import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.slurm, pytest.mark.training]
-
-
-@pytest.fixture(autouse=True)
-def _slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    monkeypatch.setenv("MXC_JAX_CACHE", str(tmp_path_factory.getbasetemp() / "jax-cache"))
+pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.usefixtures("slurm_env")]
 
 
 def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:

@@ -183,6 +183,7 @@ def stack_files(root: Path, scanner: Scanner, facts: Facts) -> None:
             continue
         if m := CRASH_NOTE.match(path.name):
             crash = crashes.setdefault((int(m[2]), int(m[1])), Crash(rank=int(m[1]), attempt=int(m[2])))
+            node: str | None = None
             for line in path.read_text("utf-8", errors="replace").splitlines():
                 key, _, value = line.partition(": ")
                 if key == "signal":
@@ -192,6 +193,14 @@ def stack_files(root: Path, scanner: Scanner, facts: Facts) -> None:
                     crash.core = value.split()[0]
                 elif key == "backtrace" and value.startswith("stacks/"):
                     crash.backtrace = value.split()[0]
+                elif key == "node":
+                    node = value
+                elif key == "address_space_limit_kb" and value.isdigit() and crash.signal in CRASH_SIGNALS:
+                    scanner.add(_hit(
+                        scanner.catalog, "host_oom",
+                        f"{crash.signal} under an address-space limit of {int(value) // 1024} MB (ulimit -v {value}):"
+                        " a failed allocation is the likely cause", f"stacks/{path.name}",
+                        detail=f"ulimit -v {value}", rank=crash.rank, attempt=crash.attempt, node=node))
                 if key in ("core", "backtrace"):
                     crash.note.append(line)
         elif m := NATIVE.match(path.name):

@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mxc.runtime.trainlog import RESTORE_LINE, STEP_PREFIX
 from mxc.runtime.triage.catalog import Catalog
 
 MAX_TEXT = 1000  # characters of a line kept as evidence (tensorstore errors run to several KB)
@@ -32,8 +33,6 @@ ENTRY = re.compile(r"^\[mxc (\S+) rank (\d+)\] (.*)$")
 ENTRY_ATTEMPT = re.compile(r"^bundle \S+ attempt (\d+) ")
 SUPERVISOR_ATTEMPT = re.compile(r"^\[mxc\] attempt (\d+): start")
 BATCH_RESTART = re.compile(r"^\[mxc batch \S+\] .*\brestart (\d+) of at most")
-STEP = re.compile(r"completed step: (\d+), seconds: ([\d.]+)")
-RESTORE = re.compile(r"restoring from this run's directory step (\d+)")
 TRACEBACK = "Traceback (most recent call last):"
 HANDLING = "During handling of the above exception, another exception occurred"
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S.*)$')
@@ -206,12 +205,12 @@ class Scanner:
         self.scan.attempts.add(stream.attempt)
         if stream.time is not None:
             progress.last_time = max(progress.last_time or 0, stream.time)
-        if "completed step" in text and (m := STEP.search(text)):
+        if "completed step" in text and (m := STEP_PREFIX.search(text)):
             progress.last_step, progress.last_step_time = int(m[1]), stream.time
             if len(progress.step_seconds) < 10000:
                 progress.step_seconds.append(float(m[2]))
             return
-        if "restoring from" in text and (m := RESTORE.search(text)):
+        if "restoring from" in text and (m := RESTORE_LINE.search(text)):
             progress.restored = int(m[1])
         self._python(stream, source, number, text)
         if SKIP.search(text) or not self.catalog.prefilter.search(text):

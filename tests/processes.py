@@ -1,0 +1,36 @@
+"""Finding a run's processes in /proc: every process mxc starts for a run inherits MXC_RUN_DIR."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TRAINER = "maxtext.trainers.pre_train.train"
+WRAPPERS = ("bash", "timeout")  # entrypoint stages that carry the trainer's command line in theirs
+
+
+def _live_with(marker: bytes) -> list[tuple[int, str, list[bytes]]]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environ and state != "Z":
+            out.append((int(entry.name), cmdline, environ))
+    return out
+
+
+def run_processes(run_dir: Path) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process started for the run in ``run_dir``."""
+    return [(pid, cmdline) for pid, cmdline, _ in _live_with(f"MXC_RUN_DIR={run_dir}".encode())]
+
+
+def trainer_pids(run_dir: Path, rank: int | None = None) -> list[int]:
+    """MaxText's own Python processes of the run (of one Slurm rank if ``rank`` is given)."""
+    return [pid for pid, cmdline, environ in _live_with(f"MXC_RUN_DIR={run_dir}".encode())
+            if TRAINER in cmdline and not cmdline.startswith(WRAPPERS)
+            and (rank is None or f"SLURM_PROCID={rank}".encode() in environ)]
