@@ -96,8 +96,12 @@ def dump_with_faulthandler(pid: int, out: Path, log: Path | None, wait: float = 
 
 
 def dump_stacks(pgid: int, stacks_dir: Path, label: str, log: Path | None = None) -> list[StackDump]:
+    """Every Python process of a training attempt's process group (the trainer and its workers)."""
+    return dump_pids([pid for pid in group_processes(pgid) if is_python(pid)], stacks_dir, label, log)
+
+
+def dump_pids(pids: list[int], stacks_dir: Path, label: str, log: Path | None = None) -> list[StackDump]:
     stacks_dir.mkdir(parents=True, exist_ok=True)
-    pids = [pid for pid in group_processes(pgid) if is_python(pid)]
     tool = py_spy()
     dumps = []
     for pid in pids:

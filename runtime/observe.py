@@ -93,6 +93,7 @@ class Observability:
         self.watchdog: HangWatchdog | None = None
         self.hung: dict[int, dict[str, Any]] = {}
         self.run: RunDir | None = None
+        self.exporter_args: list[str] = []
 
     # ---- RunObserver
 
@@ -107,19 +108,7 @@ class Observability:
         bundle = self._bundle_dir(record)
         self.info = {"scrape_interval": self.settings["scrape_interval"], "hang_timeout": self.settings["hang_timeout"],
                      "events": str(obs_dir / run_events.EVENTS), "tsdb": str(tsdb_data(run)), "errors": self.errors}
-        exporter_ready = obs_dir / "exporter-ready.json"
-        try:
-            self._start_exporter(run, bundle, exporter_ready)
-        except Exception as exc:
-            self._error(f"exporter: {exc}")
-        try:
-            self._start_prometheus(run, bundle)
-        except Exception as exc:
-            self._error(f"prometheus: {exc}")
-        try:
-            self._exporter_target(run, exporter_ready)
-        except Exception as exc:
-            self._error(f"exporter: {exc}")
+        self.start_services(run, bundle)
         record.observability = self.info
 
     def on_attempt(self, run: RunDir, record: RunRecord, process: TrainingProcess) -> None:
@@ -164,13 +153,35 @@ class Observability:
         ended = time.time()
         run_events.append(observability_dir(run) / run_events.EVENTS, "run_end", status=record.status)
         if self.prometheus is not None and self.exporter is not None:
-            self._wait_for_scrape_after(ended)
+            self.wait_for_scrape_after(ended)
         self.stop()
         summary = {**self.info, "ended": ended, "status": record.status}
         with contextlib.suppress(OSError):
             write_json_atomic(observability_dir(run) / "summary.json", summary)
 
-    # ---- parts
+    # ---- parts (also used by mxc.runtime.node_observer on Slurm nodes)
+
+    def start_services(self, run: RunDir, bundle: Path | None, exporter_name: str = "exporter",
+                       with_prometheus: bool = True) -> None:
+        """The exporter, Prometheus (started while the exporter comes up), then the exporter's target.
+
+        ``exporter_name`` names its files in ``observability/`` (``<name>.log``, ``<name>-ready.json``):
+        one per node when several nodes share the run directory.
+        """
+        ready = observability_dir(run) / f"{exporter_name}-ready.json"
+        try:
+            self._start_exporter(run, bundle, ready, observability_dir(run) / f"{exporter_name}.log")
+        except Exception as exc:
+            self._error(f"exporter: {exc}")
+        if with_prometheus:
+            try:
+                self._start_prometheus(run, bundle)
+            except Exception as exc:
+                self._error(f"prometheus: {exc}")
+        try:
+            self._exporter_target(run, ready)
+        except Exception as exc:
+            self._error(f"exporter: {exc}")
 
     def _bundle_dir(self, record: RunRecord) -> Path | None:
         if self.bundle_dir is not None:
@@ -185,7 +196,7 @@ class Observability:
             return Store(mxc_home()).get(record.bundle).path
         return None
 
-    def _start_exporter(self, run: RunDir, bundle: Path | None, ready: Path) -> None:
+    def _start_exporter(self, run: RunDir, bundle: Path | None, ready: Path, log_path: Path) -> None:
         obs_dir = observability_dir(run)
         config = bundle / "exporter.json" if bundle else None
         if config is None or not config.exists():
@@ -194,11 +205,11 @@ class Observability:
                                        "plugins": self.settings["plugins"]})
         ready.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "mxc.runtime.exporter", "--config", str(config), "--run-dir", str(run.path),
-                "--ready-file", str(ready)]
-        with open(obs_dir / "exporter.log", "ab") as log:
+                "--ready-file", str(ready), *self.exporter_args]
+        with open(log_path, "ab") as log:
             self.exporter = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, start_new_session=True)
-        self.info["exporter"] = {"pid": self.exporter.pid, "log": str(obs_dir / "exporter.log")}
+        self.info["exporter"] = {"pid": self.exporter.pid, "log": str(log_path)}
 
     def _exporter_target(self, run: RunDir, ready: Path) -> None:
         """Wait for the exporter's ready file, then point Prometheus at it."""
@@ -212,7 +223,9 @@ class Observability:
                 raise RuntimeError(f"not ready in {EXPORTER_READY_TIMEOUT:.0f}s")
             time.sleep(0.02)
         info = json.loads(ready.read_text())
-        address = f"{info['bind']}:{info['port']}"
+        # Bound to every interface (multi-node Slurm): Prometheus on another node reaches it by name.
+        host = self.node if info["bind"] in ("0.0.0.0", "::") else info["bind"]
+        address = f"{host}:{info['port']}"
         self.info["exporter"].update({"url": f"http://{address}/metrics", "port": info["port"], "bind": info["bind"],
                                       "plugins": info.get("plugins", {})})
         write_targets(prometheus_dir(run) / "targets", f"exporter-{self.node}", [address],
@@ -255,7 +268,7 @@ class Observability:
                              "stacks": [{"pid": d.pid, "file": str(d.path), "method": d.method, "ok": d.ok} for d in dumps]}
         process.send_signal(signal.SIGKILL)
 
-    def _wait_for_scrape_after(self, when: float) -> None:
+    def wait_for_scrape_after(self, when: float) -> None:
         """Until Prometheus holds a sample scraped after ``when`` (so it has the final step), bounded."""
         assert self.prometheus is not None
         deadline = time.monotonic() + 2 * self.settings["scrape_interval"] + 5

@@ -87,6 +87,9 @@ def job_exports(request: RunRequest, run: RunDir, resubmits: int = 0) -> dict[st
         python = node_python(spec)
         if python:
             env["MXC_PYTHON"] = python
+    if spec.get("observability", {}).get("enabled"):
+        # The nodes' exporter and Prometheus run mxc itself: this interpreter, on the shared file system.
+        env["MXC_AGENT_PYTHON"] = sys.executable
     if request.code_commit:
         from mxc.runtime import codepin
 
@@ -234,6 +237,8 @@ def _update(run: RunDir, record: RunRecord) -> None:
     if any(int(e.get("restart", 0)) > 0 for e in starts) or state.ended:
         history = {str(j["job_id"]): slurm_query.history(str(j["job_id"])) for j in slurm.get("jobs", [])}
     slurm_events.apply(record, files, log, history)
+    if observed := slurm_events.observability(run):
+        record.observability = observed
     slurm = dict(record.slurm or {})
     if state.state != "UNKNOWN":
         slurm.update(state=state.state, reason=state.reason, source=state.source)

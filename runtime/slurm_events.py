@@ -27,6 +27,7 @@ from mxc.runtime.trainlog import RESTORE_LINE, STEP_PREFIX
 BATCH_EVENTS = "batch.jsonl"
 RESUBMIT_REQUEST = "resubmit.request"
 CANCEL_REQUEST = "cancel.request"
+NODE_STATUS = "node-{node}.json"  # observability/, written by runtime/node_observer.py on each node
 
 _BATCH_START = re.compile(r"\[mxc batch \d+\] nodes .* restart (\d+) of at most")
 _SRUN_TASK_ERROR = re.compile(r"^srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)$")
@@ -333,3 +334,18 @@ def apply(record: RunRecord, files: JobFiles, log: LogFacts, history: dict[str, 
         record.message = last.reason
     elif failure is not None:
         record.message = failure_message(failure, preflight)
+
+
+def observability(run: RunDir) -> dict[str, Any] | None:
+    """``record.observability`` of a Slurm run: every node observer's status, Prometheus' where it ran."""
+    nodes = {}
+    for path in sorted((run.path / "observability").glob(NODE_STATUS.format(node="*"))):
+        status = read_json(path)
+        if status is not None:
+            nodes[path.stem.removeprefix("node-")] = status
+    if not nodes:
+        return None
+    first = next((n for n in nodes.values() if "prometheus" in n), next(iter(nodes.values())))
+    return {"scrape_interval": first.get("scrape_interval"), "tsdb": str(run.tsdb / "data"),
+            "prometheus": first.get("prometheus", {}), "nodes": nodes,
+            "errors": [f"{name}: {e}" for name, n in nodes.items() for e in n.get("errors", [])]}

@@ -1,26 +1,32 @@
 """The tiny MaxText model trained through sbatch on 2 emulated nodes: two JAX processes (one per
 node) that agree on the coordinator, a forced ``scontrol requeue`` that resumes from the last
-checkpoint, then a stop before the time limit (USR2) that checkpoints and requeues itself.
+checkpoint, then a stop before the time limit (USR2) that checkpoints and requeues itself; then
+observability on the nodes (an exporter per node, Prometheus on the first) and a hung rank.
 
-One training run covers the chain, because every MaxText start costs ~30 s of shared CPU.
+One training run covers each chain, because every MaxText start costs ~30 s of shared CPU.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mxc.runtime.metrics_merge import read_lines
 
 from tests.conftest import Mxc
+from tests.processes import trainer_pids
 from tests.slurm_cluster import SlurmCluster
 from tests.slurm_jobs import (
     batch_events,
     build,
     checkpoints,
     leave_little_time,
+    processes_of,
     rank_events,
     record,
     run_dir,
@@ -117,3 +123,68 @@ def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path,
     assert logs.returncode == 0 and "completed step: 29" in logs.stdout
     assert "[mxc batch" in logs.stdout and "1: [mxc node2 rank 1]" in logs.stdout
     assert json.loads(run.record.read_text())["final"] is True
+
+
+def test_observability_on_two_nodes(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
+    """Each node serves its exporter, node rank 0 runs Prometheus on the run's TSDB, and after the
+    job the TSDB answers like a local run's: the loss of every rank, host series of both nodes."""
+    bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
+        "observability.enabled": "true", "observability.scrape_interval": 1, "checkpoint.period": 0,
+    }))
+    run_id = submit(mxc, bundle)
+    run = run_dir(mxc_home, run_id)
+    final = wait_final(mxc_home, run_id, timeout=300)
+    assert final.status == "succeeded", (final.message, run.log.read_text(errors="replace")[-3000:])
+
+    obs = final.observability or {}
+    assert sorted(obs["nodes"]) == ["node1", "node2"] and obs["errors"] == []
+    assert obs["prometheus"]["url"].startswith("http://127.0.0.1:") and "prometheus" not in obs["nodes"]["node2"]
+    assert all(n["exporter"]["bind"] == "127.0.0.1" and "ended" in n for n in obs["nodes"].values())
+    targets = sorted(p.name for p in (run.tsdb / "targets").iterdir())
+    assert targets == ["exporter-node1.json", "exporter-node2.json"]
+    assert processes_of(run) == [], "no exporter or Prometheus outlives the job"
+
+    def series(expr: str) -> list[dict[str, Any]]:
+        out = mxc("metrics", run_id, "--query", expr, "--step", "1", "--json")
+        assert out.returncode == 0, out.stderr
+        result: list[dict[str, Any]] = json.loads(out.stdout)["result"]
+        return result
+
+    losses = {step: metrics["learning/loss"] for step, _, metrics in read_lines(run.metrics)}
+    by_node = {s["metric"]["node"]: s for s in series("mxc_train_loss")}
+    assert sorted(by_node) == ["node1", "node2"]  # one exporter per node, each reading its own rank
+    assert {s["metric"]["rank"] for s in by_node.values()} == {"0", "1"}
+    [steps] = series('mxc_train_last_step{node="node1"}')
+    at_step = {t: int(v) for t, v in steps["values"]}
+    pairs = [(at_step[t], v) for t, v in by_node["node1"]["values"] if t in at_step]
+    assert len(pairs) >= 3 and all(value == losses[step] for step, value in pairs)  # exact, as in metrics.jsonl
+    assert steps["values"][-1][1] == 29  # the final step made it into the TSDB before Prometheus stopped
+    assert {s["metric"]["node"] for s in series("mxc_host_memory_available_bytes")} == {"node1", "node2"}
+
+
+def test_a_hung_rank_is_detected_killed_and_the_job_requeued(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
+    """Rank 1's trainer is stopped (SIGSTOP) after the first checkpoint: rank 0 then waits in a
+    collective for ever, a real hang. The node observers see no step for hang_timeout, dump the
+    stacks, kill the trainer; job.sbatch requeues and the restart resumes and completes."""
+    bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
+        "observability.enabled": "true", "observability.scrape_interval": 1, "observability.hang_timeout": 10,
+        "checkpoint.period": 5, "restart.max": 1,
+    }))
+    run_id = submit(mxc, bundle)
+    run = run_dir(mxc_home, run_id)
+    wait_for(lambda: 5 in checkpoints(mxc_home, run_id), 240, "checkpoint 5")
+    victim = wait_for(lambda: next(iter(trainer_pids(run.path, rank=1)), None), 60, "rank 1's trainer")
+    os.kill(victim, signal.SIGSTOP)
+
+    final = wait_final(mxc_home, run_id, timeout=300)
+    log = run.log.read_text(errors="replace")
+    assert final.status == "succeeded" and final.restarts == 1, (final.message, log[-3000:])
+    hangs = [e for rank in (0, 1) for e in rank_events(mxc_home, run_id, rank) if e["event"] == "hang"]
+    assert hangs and all(h["attempt"] == 0 and h["idle_seconds"] >= 10 for h in hangs)
+    assert any("no training step for" in p.read_text() for p in run.path.glob("ranks/*/hang.log"))
+    for hang in hangs:  # each hung trainer's own stacks (py-spy, or faulthandler for the stopped one)
+        assert hang["stacks"] == [str(run.stacks / f"hang.rank-{hang['rank']}.attempt-0-pid{hang['pid']}.txt")]
+        assert "train_loop" in Path(hang["stacks"][0]).read_text()  # where MaxText was stuck
+    requeues = [e for e in batch_events(mxc_home, run_id) if e["event"] == "requeue"]
+    assert [(e["cause"], e["action"]) for e in requeues] == [("hang", "requeued")]
+    assert re.search(r"restoring from this run's directory step (5|10|15|20|25)", log), "the restart resumed"

@@ -3,6 +3,8 @@
 # mxc.compiler), so mypy reads them through a shadow tree of symlinks with that layout.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+mypy=${MYPY:-mypy}
+case $mypy in */*) mypy="$(cd "$(dirname "$mypy")" && pwd)/$(basename "$mypy")" ;; esac  # we cd below
 shadow=$(mktemp -d)
 trap 'rm -rf "$shadow"' EXIT
 mkdir -p "$shadow/mxc"
@@ -10,4 +12,4 @@ for f in "$root"/mxc/*.py; do ln -s "$f" "$shadow/mxc/"; done
 ln -s "$root/mxc/cli" "$shadow/mxc/cli"
 for pkg in compiler runtime plugins; do ln -s "$root/$pkg" "$shadow/mxc/$pkg"; done
 cd "$shadow"
-"${MYPY:-mypy}" --config-file "$root/pyproject.toml" -p "${1:-mxc.compiler}"
+"$mypy" --config-file "$root/pyproject.toml" -p "${1:-mxc.compiler}"
