@@ -233,7 +233,8 @@ def render_png(runs: list[RunData]) -> bytes:
     ax_time.set(title="Step time (steps 0-1 compile; clipped)", xlabel="step", ylabel="ms per step")
     ax_tok.set(title="Throughput", xlabel="step", ylabel="tokens/s per device")
     ax_lr.set(title="Learning rate", xlabel="step", ylabel="learning rate")
-    ax_cpu.set(title="Host CPU busy, all cores (shaded: training attempts)", xlabel="seconds since run start",
+    shaded = " (shaded: training attempts)" if any(r.training_spans for r in runs) else ""
+    ax_cpu.set(title=f"Host CPU busy, all cores{shaded}", xlabel="seconds since run start",
                ylabel="%", ylim=(0, 105))
     ax_mem.set(title="Host memory in use (whole machine)", xlabel="seconds since run start", ylabel="GiB")
     ax_mem.set_ylim(bottom=0)

@@ -160,6 +160,8 @@ def test_observability_on_two_nodes(mxc: Mxc, mxc_home: Path, slurm_cluster: Slu
     assert len(pairs) >= 3 and all(value == losses[step] for step, value in pairs)  # exact, as in metrics.jsonl
     assert steps["values"][-1][1] == 29  # the final step made it into the TSDB before Prometheus stopped
     assert {s["metric"]["node"] for s in series("mxc_host_memory_available_bytes")} == {"node1", "node2"}
+    text = mxc("metrics", run_id).stdout  # the table names the node once series differ by it
+    assert 'mxc_host_memory_available_bytes{node="node1"}' in text and 'node="node2"' in text
 
 
 def test_a_hung_rank_is_detected_killed_and_the_job_requeued(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 
 from mxc.cli.common import add_command, add_json, print_json, store, table
 
-HIDDEN_LABELS = ("instance", "job", "run", "node")
+# Labels every series of one run shares; shown only where they tell series apart (several nodes).
+CONTEXT_LABELS = ("instance", "job", "run", "node")
 
 
 def register(sub: Any) -> None:
@@ -57,10 +58,15 @@ def _find(ref: str | None) -> tuple[Any, Any]:
     return run, runs.load(run)
 
 
-def _short(metric: dict[str, str]) -> str:
-    name = metric.get("__name__", "")
-    labels = ",".join(f'{k}="{v}"' for k, v in sorted(metric.items()) if k != "__name__" and k not in HIDDEN_LABELS)
-    return f"{name}{{{labels}}}" if labels else name
+def _short_names(metrics: list[dict[str, str]]) -> list[str]:
+    hidden = {k for k in CONTEXT_LABELS if len({m.get(k) for m in metrics}) <= 1}
+    hidden.add("instance")  # host:port of an exporter: the node label names it better
+    names = []
+    for metric in metrics:
+        name = metric.get("__name__", "")
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(metric.items()) if k != "__name__" and k not in hidden)
+        names.append(f"{name}{{{labels}}}" if labels else name)
+    return names
 
 
 def _num(value: float) -> str:
@@ -94,11 +100,11 @@ def _metrics(args: argparse.Namespace) -> int:
             _print_head(head)
             print(f"query: {args.query}")
             rows = []
-            for r in result:
+            for r, name in zip(result, _short_names([r["metric"] for r in result]), strict=True):
                 values = [v for _, v in r["values"]]
                 if not values:
                     continue
-                rows.append([_short(r["metric"]) or "{}", str(len(values)), _num(values[0]), _num(values[-1]),
+                rows.append([name or "{}", str(len(values)), _num(values[0]), _num(values[-1]),
                              _num(min(values)), _num(max(values))])
             print(table(rows, ["series", "points", "first", "last", "min", "max"]) if rows else "(no data)")
             return 0
@@ -108,7 +114,8 @@ def _metrics(args: argparse.Namespace) -> int:
             print_json({**head, "series": series})
             return 0
         _print_head(head)
-        rows = [[_short(s["metric"]), _num(s["last"]), str(s["samples"])] for s in series]
+        names = _short_names([s["metric"] for s in series])
+        rows = [[name, _num(s["last"]), str(s["samples"])] for s, name in zip(series, names, strict=True)]
         print(table(rows, ["series", "last", "samples"]) if rows else "(no series)")
     return 0
 
