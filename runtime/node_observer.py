@@ -7,6 +7,11 @@ observability on) and sends it SIGTERM when training ends:
 
 * every node serves its exporter (this rank's metrics file, host and GPU plugins) and writes
   its file_sd target into ``<run>/prometheus/targets/exporter-<node>.json``;
+* the nodes form the job's Ray cluster: the head on node rank 0 (its address and the run's
+  token in ``observability/ray-cluster.json``, mode 0600, removed at the end), every other
+  node joins it; each node's Ray metrics become a Prometheus target, and ``entrypoint.sh``
+  runs the rank's training as a subprocess of a Ray actor on its node
+  (``mxc.runtime.ray_node_launch``);
 * node rank 0 also runs Prometheus on the run's TSDB (``<run>/prometheus/data``, a shared
   file system on a cluster), so ``mxc metrics`` / ``mxc report`` / ``mxc dashboard`` read a
   Slurm run exactly like a local one; a requeued job reopens the same TSDB;
@@ -26,10 +31,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
+import shutil
 import signal
+import socket
+import struct
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,12 +47,16 @@ from typing import Any
 
 from mxc.runtime.hang import HangWatchdog, dump_pids
 from mxc.runtime.observe import Observability, observability_dir
+from mxc.runtime.prometheus import write_targets
+from mxc.runtime.ray_launcher import HEAD_TIMEOUT, RayHead
+from mxc.runtime.ray_node_launch import CLUSTER_FILE, NODE_FILE
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.slurm_events import NODE_STATUS
 
-from mxc.fsutil import write_json_atomic
+from mxc.fsutil import write_atomic, write_json_atomic
 
 TRAINER = b"maxtext.trainers.pre_train.train"
+SIOCGIFADDR = 0x8915
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -70,7 +84,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = _stop_requested()
     observer.info = {"node": args.node, "rank": args.rank, "scrape_interval": observer.settings["scrape_interval"],
                      "errors": observer.errors}
-    observer.start_services(run, args.bundle_dir, f"exporter-{args.node}", with_prometheus=args.prometheus)
+    ray_node: RayHead | None = None
+    try:  # Ray starts in this thread (its processes die with it); the head while the rest comes up
+        if args.prometheus:
+            ray_node = launch_ray(run, args.node, cluster=None)
+        observer.start_services(run, args.bundle_dir, f"exporter-{args.node}", with_prometheus=args.prometheus)
+        if not args.prometheus:
+            cluster = _wait_json(observability_dir(run) / CLUSTER_FILE.format(attempt=args.attempt), HEAD_TIMEOUT,
+                                 "the Ray head of node rank 0")
+            ray_node = launch_ray(run, args.node, cluster)
+        assert ray_node is not None
+        ray_ready(run, args.node, args.attempt, ray_node)
+        observer.info["ray"] = {"address": ray_node.address, "metrics_port": ray_node.metrics_port,
+                                "pid": ray_node.process.pid if ray_node.process else None, "head": args.prometheus}
+    except Exception as exc:
+        observer._error(f"ray: {exc}")
     metrics = run.metrics_parts / f"attempt-{args.attempt}.rank-{args.rank}.jsonl"
     watchdog = HangWatchdog(lambda: _size(metrics), observer.settings["hang_timeout"],
                             lambda idle: _hung(run, args, observer.settings["hang_timeout"], idle)).start()
@@ -81,8 +109,72 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.prometheus and observer.prometheus is not None and observer.exporter is not None:
         observer.wait_for_scrape_after(time.time())
     observer.stop()
+    if ray_node is not None:
+        stop_ray(run, args.node, args.attempt, ray_node)
     write_json_atomic(status, {**observer.info, "ended": time.time()})
     return 0
+
+
+def launch_ray(run: RunDir, node: str, cluster: dict[str, Any] | None) -> RayHead:
+    """Start this node's part of the job's Ray cluster: the head, or a node joining ``cluster``."""
+    temp = Path(tempfile.mkdtemp(prefix="mxc-ray-", dir="/tmp"))  # unix sockets: keep the path short
+    # A Ray cluster spanning nodes cannot live on loopback: it listens on the nodes' network address.
+    bind = node_address(os.environ.get("MXC_NET_IFACE", ""))
+    log = run.path / "ray" / f"{node}.log"
+    if cluster is None:
+        ray_node = RayHead(temp_dir=temp, log_path=log, bind=bind, multi_node=True)
+    else:
+        ray_node = RayHead(temp_dir=temp, log_path=log, bind=bind, join=cluster["address"], token=cluster["token"],
+                           multi_node=True)
+    ray_node.launch()
+    return ray_node
+
+
+def node_address(interface: str) -> str:
+    """IPv4 address of the interface entrypoint.sh chose for NCCL/Gloo (MXC_NET_IFACE); without
+    one (or loopback), the address this node would reach other hosts from."""
+    if interface and interface != "lo":
+        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            packed = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, struct.pack("256s", interface[:15].encode()))
+            return socket.inet_ntoa(packed[20:24])
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("10.255.255.255", 1))  # UDP: no packet is sent, the kernel only picks a route
+        address: str = sock.getsockname()[0]
+        return address
+    return "127.0.0.1"
+
+
+def ray_ready(run: RunDir, node: str, attempt: int, ray_node: RayHead) -> None:
+    """Once the raylet is up: the cluster file (head), the metrics target, this node's ready file."""
+    ray_node.wait_ready()
+    obs_dir = observability_dir(run)
+    if not ray_node.join:
+        cluster = {"address": ray_node.address, "token": ray_node.token}
+        write_atomic(obs_dir / CLUSTER_FILE.format(attempt=attempt), json.dumps(cluster), 0o600)
+    write_targets(run.tsdb / "targets", f"ray-{node}", [f"{ray_node.bind}:{ray_node.metrics_port}"],
+                  {"run": run.run_id, "node": node})
+    write_json_atomic(obs_dir / NODE_FILE.format(node=node, attempt=attempt), {"address": ray_node.address, "bind": ray_node.bind,
+                                                              "node_manager_port": ray_node.ports["node_manager"]})
+
+
+def stop_ray(run: RunDir, node: str, attempt: int, ray_node: RayHead) -> None:
+    obs_dir = observability_dir(run)
+    (obs_dir / NODE_FILE.format(node=node, attempt=attempt)).unlink(missing_ok=True)
+    if not ray_node.join:
+        (obs_dir / CLUSTER_FILE.format(attempt=attempt)).unlink(missing_ok=True)  # the token goes with the cluster
+    ray_node.stop()
+    ray_node.keep_logs(run.path / "ray" / node / "logs")
+    shutil.rmtree(ray_node.temp_dir, ignore_errors=True)
+
+
+def _wait_json(path: Path, seconds: float, what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            data: dict[str, Any] = json.loads(path.read_text())
+            return data
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not come up in {seconds:.0f}s ({path} missing)")
 
 
 def _size(path: Path) -> int:
@@ -103,7 +195,8 @@ def trainer_pid(run: RunDir, rank: int) -> int | None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if all(w in environ for w in want) and TRAINER in cmdline and Path(cmdline[0].decode()).name.startswith("python"):
+        # python -m maxtext...: not the timeout/bash stages nor the Ray wrapper that carry it in their arguments
+        if all(w in environ for w in want) and cmdline[1:3] == [b"-m", TRAINER]:
             return int(entry.name)
     return None
 

@@ -47,17 +47,28 @@ from mxc.runtime.prometheus import free_ports
 HEAD_TIMEOUT = 120.0
 # Ray runs workers at nice 15 by default; the training inherits its actor's priority, and at
 # nice 15 it loses every CPU contest on a shared node (measured: half the steps/s).
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": "0"}
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": "0"}
 LOG_COPY_LIMIT = 20 * 1024 * 1024  # bytes of Ray logs kept in the run directory
+
+
+def cluster_environment(token: str, multi_node: bool = False) -> dict[str, str]:
+    """Ray's environment for one run's cluster. Single-node: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+    keeps 127.0.0.1 as is (else Ray resolves it to the host's address and cannot connect); a
+    multi-node cluster needs it on, and is reachable on the nodes' network address instead."""
+    return {**RAY_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1" if multi_node else "0",
+            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
 
 
 @dataclass
 class RayHead:
-    """A Ray head this run started; knows its ports and how to stop only its own processes."""
+    """A Ray node this run started: the head, or (``join`` = the head's address) a worker node
+    of a multi-node job; knows its ports and how to stop only its own processes."""
 
     temp_dir: Path
     log_path: Path
     bind: str = "127.0.0.1"
+    join: str | None = None
+    multi_node: bool = False  # a cluster spanning nodes (Slurm), on the nodes' network address
     # Token authentication with a fresh token per run: only this run's driver and workers use
     # its cluster (and a ~/.ray/auth_token left by someone else cannot get in the way).
     token: str = field(default_factory=lambda: secrets.token_hex(32))
@@ -68,11 +79,11 @@ class RayHead:
 
     @property
     def address(self) -> str:
-        return f"{self.bind}:{self.gcs_port}"
+        return self.join or f"{self.bind}:{self.gcs_port}"
 
     def environment(self) -> dict[str, str]:
         """What the head, the driver and every worker need in their environment."""
-        return {**RAY_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+        return cluster_environment(self.token, multi_node=self.multi_node)
 
     def start(self, num_cpus: int = 1) -> None:
         self.launch(num_cpus)
@@ -85,14 +96,18 @@ class RayHead:
         ports = dict(zip(names, free_ports(self.bind, 20000 + os.getpid() % 20000, len(names)), strict=True))
         self.ports, self.gcs_port, self.metrics_port = ports, ports["gcs"], ports["metrics"]
         ray_bin = str(Path(sys.executable).with_name("ray"))
-        argv = [ray_bin if Path(ray_bin).exists() else "ray", "start", "--head", "--block",
-                f"--node-ip-address={self.bind}", f"--port={ports['gcs']}", f"--metrics-export-port={ports['metrics']}",
-                f"--ray-client-server-port={ports['client']}", f"--dashboard-agent-listen-port={ports['agent_http']}",
-                f"--dashboard-agent-grpc-port={ports['agent_grpc']}", f"--runtime-env-agent-port={ports['runtime_env']}",
-                f"--node-manager-port={ports['node_manager']}", f"--object-manager-port={ports['object_manager']}",
-                f"--dashboard-port={ports['dashboard']}", f"--dashboard-host={self.bind}", "--include-dashboard=false",
-                f"--num-cpus={num_cpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats", "--no-monitor",
-                "--include-log-monitor=false"]  # no autoscaler, no log streaming: idle CPU stays near zero
+        node = [f"--node-ip-address={self.bind}", f"--metrics-export-port={ports['metrics']}",
+                f"--dashboard-agent-listen-port={ports['agent_http']}", f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+                f"--runtime-env-agent-port={ports['runtime_env']}", f"--node-manager-port={ports['node_manager']}",
+                f"--object-manager-port={ports['object_manager']}", f"--num-cpus={num_cpus}", f"--temp-dir={self.temp_dir}",
+                "--disable-usage-stats", "--include-log-monitor=false"]  # no log streaming: idle CPU stays near zero
+        if self.join:
+            role = [f"--address={self.join}"]
+        else:  # no dashboard, no autoscaler monitor
+            role = ["--head", f"--port={ports['gcs']}", f"--ray-client-server-port={ports['client']}",
+                    f"--dashboard-port={ports['dashboard']}", f"--dashboard-host={self.bind}", "--include-dashboard=false",
+                    "--no-monitor"]
+        argv = [ray_bin if Path(ray_bin).exists() else "ray", "start", "--block", *role, *node]
         env = {**os.environ, **self.environment()}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:

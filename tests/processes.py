@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 TRAINER = "maxtext.trainers.pre_train.train"
-WRAPPERS = ("bash", "timeout")  # entrypoint stages that carry the trainer's command line in theirs
 
 
 def _live_with(marker: bytes) -> list[tuple[int, str, list[bytes]]]:
@@ -30,7 +29,7 @@ def run_processes(run_dir: Path) -> list[tuple[int, str]]:
 
 
 def trainer_pids(run_dir: Path, rank: int | None = None) -> list[int]:
-    """MaxText's own Python processes of the run (of one Slurm rank if ``rank`` is given)."""
+    """MaxText's own Python processes of the run (of one Slurm rank if ``rank`` is given): ``python -m
+    maxtext...``, not the stages (timeout, bash) or the Ray wrapper that carry it in their arguments."""
     return [pid for pid, cmdline, environ in _live_with(f"MXC_RUN_DIR={run_dir}".encode())
-            if TRAINER in cmdline and not cmdline.startswith(WRAPPERS)
-            and (rank is None or f"SLURM_PROCID={rank}".encode() in environ)]
+            if cmdline.split()[1:3] == ["-m", TRAINER] and (rank is None or f"SLURM_PROCID={rank}".encode() in environ)]

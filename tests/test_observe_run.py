@@ -25,7 +25,7 @@ from mxc.runtime.observe import pid_alive
 from mxc.runtime.procfs import session_processes
 
 from tests.conftest import REPO, Home
-from tests.processes import TRAINER, run_processes
+from tests.processes import run_processes, trainer_pids
 
 pytestmark = pytest.mark.training
 
@@ -69,7 +69,7 @@ def run(home: Home) -> Path:
         return max((s for s in done if 5 <= s < STEPS - 1), default=None)
 
     wait_for("a checkpoint at step >= 5", checkpoint, proc)
-    pid = next((p for p, cmd in run_processes(run) if TRAINER in cmd), None)
+    pid = next(iter(trainer_pids(run)), None)
     assert pid is not None, "the trainer runs under the Ray actor with the run's environment"
     os.kill(pid, signal.SIGKILL)
     _, err = proc.communicate(timeout=900)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, Home
-from tests.processes import TRAINER, run_processes
+from tests.processes import run_processes, trainer_pids
 
 pytestmark = pytest.mark.training
 
@@ -99,7 +99,7 @@ def log_text(run: Path) -> str:
 
 
 def trainer_pid(run: Path) -> int | None:
-    return next((pid for pid, cmd in run_processes(run) if TRAINER in cmd), None)
+    return next(iter(trainer_pids(run)), None)
 
 
 # ---- the straight-through run
