@@ -67,7 +67,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--node", required=True, help="this node's name (labels its series)")
     p.add_argument("--rank", type=int, required=True, help="the training rank on this node")
     p.add_argument("--attempt", type=int, default=0, help="the job's restart count (MXC_ATTEMPT)")
-    p.add_argument("--prometheus", action="store_true", help="also run Prometheus on the run's TSDB (node rank 0)")
+    p.add_argument("--head", action="store_true", help="node rank 0: the Ray head, and Prometheus on the run's TSDB")
     return p.parse_args(argv)
 
 
@@ -86,17 +86,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "errors": observer.errors}
     ray_node: RayHead | None = None
     try:  # Ray starts in this thread (its processes die with it); the head while the rest comes up
-        if args.prometheus:
+        if args.head:
             ray_node = launch_ray(run, args.node, cluster=None)
-        observer.start_services(run, args.bundle_dir, f"exporter-{args.node}", with_prometheus=args.prometheus)
-        if not args.prometheus:
+        observer.start_services(run, args.bundle_dir, f"exporter-{args.node}", with_prometheus=args.head)
+        if not args.head:
             cluster = _wait_json(observability_dir(run) / CLUSTER_FILE.format(attempt=args.attempt), HEAD_TIMEOUT,
                                  "the Ray head of node rank 0")
             ray_node = launch_ray(run, args.node, cluster)
         assert ray_node is not None
         ray_ready(run, args.node, args.attempt, ray_node)
         observer.info["ray"] = {"address": ray_node.address, "metrics_port": ray_node.metrics_port,
-                                "pid": ray_node.process.pid if ray_node.process else None, "head": args.prometheus}
+                                "pid": ray_node.process.pid if ray_node.process else None, "head": args.head}
     except Exception as exc:
         observer._error(f"ray: {exc}")
     metrics = run.metrics_parts / f"attempt-{args.attempt}.rank-{args.rank}.jsonl"
@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     while not stop():
         time.sleep(0.2)
     watchdog.stop()
-    if args.prometheus and observer.prometheus is not None and observer.exporter is not None:
+    if args.head and observer.prometheus is not None and observer.exporter is not None:
         observer.wait_for_scrape_after(time.time())
     observer.stop()
     if ray_node is not None:
