@@ -88,17 +88,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # Ray starts in this thread (its processes die with it); the head while the rest comes up
         if args.head:
             ray_node = launch_ray(run, args.node, cluster=None)
-        observer.start_services(run, args.bundle_dir, f"exporter-{args.node}", with_prometheus=args.head)
+    except Exception as exc:
+        _ray_failed(run, args, observer, exc)
+    observer.start_services(run, args.bundle_dir, f"exporter-{args.node}", with_prometheus=args.head)
+    try:
         if not args.head:
             cluster = _wait_json(observability_dir(run) / CLUSTER_FILE.format(attempt=args.attempt), HEAD_TIMEOUT,
                                  "the Ray head of node rank 0")
             ray_node = launch_ray(run, args.node, cluster)
-        assert ray_node is not None
-        ray_ready(run, args.node, args.attempt, ray_node)
-        observer.info["ray"] = {"address": ray_node.address, "metrics_port": ray_node.metrics_port,
-                                "pid": ray_node.process.pid if ray_node.process else None, "head": args.head}
+        if ray_node is not None:
+            ray_ready(run, args.node, args.attempt, ray_node)
+            observer.info["ray"] = {"address": ray_node.address, "metrics_port": ray_node.metrics_port,
+                                    "pid": ray_node.process.pid if ray_node.process else None, "head": args.head}
     except Exception as exc:
-        observer._error(f"ray: {exc}")
+        _ray_failed(run, args, observer, exc)
     metrics = run.metrics_parts / f"attempt-{args.attempt}.rank-{args.rank}.jsonl"
     watchdog = HangWatchdog(lambda: _size(metrics), observer.settings["hang_timeout"],
                             lambda idle: _hung(run, args, observer.settings["hang_timeout"], idle)).start()
@@ -113,6 +116,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_ray(run, args.node, args.attempt, ray_node)
     write_json_atomic(status, {**observer.info, "ended": time.time()})
     return 0
+
+
+def _ray_failed(run: RunDir, args: argparse.Namespace, observer: Observability, exc: Exception) -> None:
+    """Recorded, and said to this rank's training wrapper, which then runs training without Ray."""
+    observer._error(f"ray: {exc}")
+    obs_dir = observability_dir(run)
+    write_json_atomic(obs_dir / NODE_FILE.format(node=args.node, attempt=args.attempt), {"error": str(exc)})
+    if args.head:  # the other nodes stop waiting for a head that will not come
+        write_json_atomic(obs_dir / CLUSTER_FILE.format(attempt=args.attempt), {"error": str(exc)})
 
 
 def launch_ray(run: RunDir, node: str, cluster: dict[str, Any] | None) -> RayHead:
@@ -172,6 +184,8 @@ def _wait_json(path: Path, seconds: float, what: str) -> dict[str, Any]:
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError, ValueError):
             data: dict[str, Any] = json.loads(path.read_text())
+            if "error" in data:
+                raise RuntimeError(f"{what} failed: {data['error']}")
             return data
         time.sleep(0.2)
     raise RuntimeError(f"{what} did not come up in {seconds:.0f}s ({path} missing)")

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from mxc.runtime.ray_launcher import HEAD_TIMEOUT, RayTrainingProcess, TrainingActor, cluster_environment
 
@@ -50,26 +50,29 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     return p.parse_args(argv[:cut]), argv[cut + 1:]
 
 
-def wait_for_node(obs_dir: Path, node: str, attempt: int, seconds: float) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def wait_for_node(obs_dir: Path, node: str, attempt: int, seconds: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cluster's and this node's files, once this node's raylet is up; ``RuntimeError`` if it
+    failed to start (the node observer says so in its file) or is not up in ``seconds``."""
     deadline = time.monotonic() + seconds
     cluster = obs_dir / CLUSTER_FILE.format(attempt=attempt)
     mine = obs_dir / NODE_FILE.format(node=node, attempt=attempt)
     while time.monotonic() < deadline:
-        if cluster.exists() and mine.exists():
-            try:
-                return json.loads(cluster.read_text()), json.loads(mine.read_text())
-            except (OSError, ValueError):
-                pass
-        time.sleep(0.1)
-    return None
+        try:
+            node_info = json.loads(mine.read_text())
+            if "error" in node_info:
+                raise RuntimeError(f"Ray on {node} did not start: {node_info['error']}")
+            return json.loads(cluster.read_text()), node_info
+        except (OSError, ValueError):
+            time.sleep(0.1)
+    raise RuntimeError(f"Ray on {node} is not up after {seconds:.0f}s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, command = parse_args(argv)
-    found = wait_for_node(args.run_dir / "observability", args.node, args.attempt, args.wait)
-    if found is None:
-        _without_ray(command, f"Ray on {args.node} is not up after {args.wait:.0f}s")
-    cluster, mine = found
+    try:
+        cluster, mine = wait_for_node(args.run_dir / "observability", args.node, args.attempt, args.wait)
+    except RuntimeError as exc:
+        _without_ray(command, str(exc))
     env = {**os.environ, "PYTHONFAULTHANDLER": os.environ.get("PYTHONFAULTHANDLER", "1")}
     os.environ.update(cluster_environment(cluster["token"], multi_node=True))
     import ray
@@ -117,9 +120,9 @@ def _node_id(ray: Any, mine: dict[str, Any], seconds: float = 30.0) -> str | Non
     return None
 
 
-def _without_ray(command: list[str], why: str) -> None:
+def _without_ray(command: list[str], why: str) -> NoReturn:
     print(f"mxc: warning: {why}; training runs without Ray", file=sys.stderr, flush=True)
-    os.execvp(command[0], command)
+    os.execvp(command[0], command)  # replaces this process: training matters more than its parent
 
 
 def _copy_new(path: Path, offset: int, final: bool = False) -> int:

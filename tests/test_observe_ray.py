@@ -3,8 +3,11 @@ actor; closing stops exactly this head's processes and nothing else."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -92,3 +95,19 @@ def test_without_ray_the_training_still_runs(tmp_path: Path, monkeypatch: pytest
     assert "could not start Ray: ray start exited 1" in launcher.describe()["error"]
     assert "training runs without Ray" in capsys.readouterr().err
     launcher.close()
+
+
+@pytest.mark.parametrize("node_file", [{"error": "ray start exited 1"}, None])
+def test_slurm_training_wrapper_trains_without_ray_when_ray_is_not_up(tmp_path: Path, node_file: dict[str, str] | None) -> None:
+    """ray_node_launch (the Slurm rank's training wrapper): when the node observer reports that Ray
+    failed, or Ray is not up in time, the training still runs, in place, with its own exit code."""
+    obs = tmp_path / "observability"
+    obs.mkdir()
+    if node_file is not None:
+        (obs / "ray-node-node1.attempt-0.json").write_text(json.dumps(node_file))
+    out = subprocess.run([sys.executable, "-m", "mxc.runtime.ray_node_launch", "--run-dir", str(tmp_path), "--node", "node1",
+                          "--rank", "0", "--wait", "1", "--", sys.executable, "-c", "print('trained'); raise SystemExit(3)"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3 and out.stdout == "trained\n"
+    why = "Ray on node1 did not start: ray start exited 1" if node_file else "Ray on node1 is not up after 1s"
+    assert out.stderr == f"mxc: warning: {why}; training runs without Ray\n"
