@@ -28,5 +28,32 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object, or None where the file is missing, unreadable or not one."""
+    try:
+        data = json.loads(path.read_text("utf-8"), strict=False)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete, valid line of a JSON-lines file another process may be appending to
+    (a line being written, or a torn one, is skipped)."""
+    try:
+        text = path.read_text("utf-8", errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            data = json.loads(line, strict=False)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            out.append(data)
+    return out
+
+
 def mxc_home() -> Path:
     return Path(os.environ.get("MXC_HOME") or Path.home() / ".mxc")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxc.runtime.record import RunRecord
+from mxc.runtime.record import RunRecord, epoch_seconds
 from mxc.runtime.rundir import RunDir
 
 LOSS, STEP_TIME = "learning/loss", "perf/step_time_seconds"
@@ -60,9 +60,7 @@ class RunData:
         steady = times[2:] or times  # steps 0-1 include compilation
         duration = None
         if self.record.started and self.record.ended:
-            from mxc.runtime.tsdb import iso_seconds
-
-            start, end = iso_seconds(self.record.started), iso_seconds(self.record.ended)
+            start, end = epoch_seconds(self.record.started), epoch_seconds(self.record.ended)
             duration = end - start if start and end else None
         return {
             "run": self.run.run_id, "spec": self.record.spec_name, "bundle": self.record.bundle[:12],
@@ -97,12 +95,12 @@ def _float(value: Any) -> float | None:
 
 
 def load_tsdb(data: RunData) -> None:
-    from mxc.runtime.tsdb import iso_seconds, open_tsdb, range_series
+    from mxc.runtime.tsdb import open_tsdb, range_series
 
     if not (data.run.tsdb / "data").is_dir():
         data.tsdb_note = "no TSDB (observability was off)"
         return
-    started = iso_seconds(data.record.started) or 0.0
+    started = epoch_seconds(data.record.started) or 0.0
     interval = float((data.record.observability or {}).get("scrape_interval") or 10)
     rate = f"{max(int(4 * interval), 4)}s"
     queries = {
@@ -125,7 +123,7 @@ def load_tsdb(data: RunData) -> None:
                     gpu = r["metric"].get("gpu", "?")
                     data.gpu.setdefault(panel, {})[gpu] = [(t - started, v) for t, v in r["values"]]
             for attempt in data.record.attempts[1:]:
-                when = iso_seconds(attempt.started)
+                when = epoch_seconds(attempt.started)
                 if when is not None:
                     data.restarts_at_time.append(when - started)
             data.training_spans = _training_spans(data.run, started)

@@ -17,8 +17,8 @@ from mxc.runtime import codepin, hostfacts
 from mxc.runtime.backends import Plan, RunRequest, allocate_run_dir, extensions, recorded_environment, training_python
 from mxc.runtime.local_launcher import LocalLauncher
 from mxc.runtime.progress import ProgressBar
-from mxc.runtime.record import RunRecord
-from mxc.runtime.supervisor import Supervisor, SupervisorConfig, now_iso
+from mxc.runtime.record import RunRecord, now_iso
+from mxc.runtime.supervisor import Supervisor, SupervisorConfig
 
 # A local run is one process on this machine, even inside a Slurm allocation: the
 # entrypoint would otherwise read the allocation's task count and rank.

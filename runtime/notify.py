@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mxc.runtime.hooks import TrainingProcess
-from mxc.runtime.record import RunRecord
+from mxc.runtime.record import RunRecord, parse_time
 from mxc.runtime.rundir import RunDir
 
 EVENTS = ("start", "finish", "failure", "hang", "restart")
@@ -159,10 +159,8 @@ def send(config: NotifyConfig, text: str, env: Mapping[str, str] | None = None) 
 
 
 def _duration(record: RunRecord) -> str:
-    try:
-        start = datetime.fromisoformat(record.started.replace("Z", "+00:00"))
-        end = datetime.fromisoformat(record.ended.replace("Z", "+00:00")) if record.ended else datetime.now(UTC)
-    except ValueError:
+    start, end = parse_time(record.started), parse_time(record.ended) if record.ended else datetime.now(UTC)
+    if start is None or end is None:
         return ""
     seconds = int((end - start).total_seconds())
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"

@@ -7,6 +7,7 @@ at the end; after ``final`` is true it is never rewritten.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +19,31 @@ RECORD_VERSION = "mxc-run/v1"
 
 Status = Literal["starting", "running", "succeeded", "failed", "cancelled", "hung", "submitted", "queued"]
 FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "hung"})
+
+
+# The record's one time format (and that of every file a run writes): UTC, ISO 8601, milliseconds, "Z".
+def iso_time(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def epoch_seconds(text: str | None) -> float | None:
+    parsed = parse_time(text)
+    return parsed.timestamp() if parsed else None
 
 
 class Attempt(BaseModel):

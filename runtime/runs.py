@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from mxc.runtime.record import RunRecord
+from mxc.runtime.record import RunRecord, parse_time
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.trainlog import last_step_in_tail
 
@@ -164,15 +164,6 @@ def live_progress(run: RunDir, record: RunRecord) -> tuple[int | None, float | N
     if event is None:
         return record.steps, record.last_loss
     return event.step + 1, event.loss
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def duration_seconds(record: RunRecord, now: datetime) -> float | None:

@@ -27,17 +27,11 @@ from typing import Any
 from mxc.runtime import slurm_events, slurm_query
 from mxc.runtime.backends import DEFAULT_PYTHON, Plan, RunRequest, allocate_run_dir, recorded_environment
 from mxc.runtime.metrics_merge import write_merged
-from mxc.runtime.record import RunRecord
+from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.slurm_query import JobState
 
 from mxc.errors import UserError
-
-
-def now_iso() -> str:
-    from mxc.runtime.supervisor import now_iso as _now
-
-    return _now()
 
 
 @dataclass

@@ -13,16 +13,16 @@ derives attempts, restarts, which rank died first, and the message of a failure.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mxc.runtime.record import Attempt, RunRecord
+from mxc.runtime.record import Attempt, RunRecord, iso_time
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.trainlog import RESTORE_LINE, STEP_PREFIX
+
+from mxc.fsutil import read_json, read_jsonl
 
 BATCH_EVENTS = "batch.jsonl"
 RESUBMIT_REQUEST = "resubmit.request"
@@ -31,37 +31,6 @@ NODE_STATUS = "node-{node}.json"  # observability/, written by runtime/node_obse
 
 _BATCH_START = re.compile(r"\[mxc batch \d+\] nodes .* restart (\d+) of at most")
 _SRUN_TASK_ERROR = re.compile(r"^srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)$")
-
-
-def iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete, valid line (a line being written, or a torn one, is skipped)."""
-    try:
-        text = path.read_text("utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            data = json.loads(line, strict=False)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            out.append(data)
-    return out
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text("utf-8"), strict=False)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 @dataclass
@@ -156,7 +125,7 @@ def attempts(files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> l
             n = runs_of_job.get(job, 0)
             runs_of_job[job] = n + 1
             restart = int(event.get("restart", 0))
-            attempt = Attempt(number=restart, started=iso(event.get("time")) or "")
+            attempt = Attempt(number=restart, started=iso_time(event.get("time")) or "")
             attempt.job_id = job  # type: ignore[attr-defined]
             attempt.run_of_job = n  # type: ignore[attr-defined]
             if kind == "start":
@@ -185,14 +154,14 @@ def attempts(files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> l
                 "none": f"{event.get('cause')}: nothing to requeue ({event.get('why')})",
             }.get(str(action), current.reason)
             if action != "requeued":
-                current.ended = iso(event.get("time"))
+                current.ended = iso_time(event.get("time"))
         elif kind == "end":
-            current.ended = iso(event.get("time"))
+            current.ended = iso_time(event.get("time"))
             current.exit_code = int(event.get("rc", 0))
             if current.exit_code and not current.reason:
                 current.reason = f"exit {current.exit_code}"
         elif kind == "terminated":
-            current.ended = iso(event.get("time"))
+            current.ended = iso_time(event.get("time"))
             current.exit_code = 143
             current.reason = current.reason or "SIGTERM (scancel, time limit, or preemption without a user signal)"
     why = {"NODE_FAIL": "node failure", "PREEMPTED": "preemption", "PENDING": "requeued (scontrol requeue)",

@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 from mxc.runtime.hooks import Launcher, RunObserver, TrainingProcess
 from mxc.runtime.metrics_merge import write_merged
 from mxc.runtime.progress import ProgressBar
-from mxc.runtime.record import Attempt, RunRecord
+from mxc.runtime.record import Attempt, RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.trainlog import LogFollower, StepEvent
 
@@ -40,10 +39,6 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FATAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT,
                            signal.SIGILL, signal.SIGFPE, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
                            signal.SIGUSR2, signal.SIGQUIT, signal.SIGPIPE})
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def signal_of(exit_code: int) -> str | None:

@@ -16,13 +16,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from mxc.runtime.observe import pid_alive, tsdb_data
 from mxc.runtime.prometheus import PrometheusAPI, PrometheusServer, readonly_copy
-from mxc.runtime.record import RunRecord
+from mxc.runtime.record import RunRecord, epoch_seconds
 from mxc.runtime.rundir import RunDir
 
 from mxc.errors import UserError
@@ -49,18 +48,9 @@ class Window:
         return f"{int(self.seconds) + 1}s"
 
 
-def iso_seconds(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def window(record: RunRecord, pad: float = 30.0) -> Window:
-    start = iso_seconds(record.started) or time.time()
-    end = iso_seconds(record.ended) if record.final else None
+    start = epoch_seconds(record.started) or time.time()
+    end = epoch_seconds(record.ended) if record.final else None
     return Window(start - pad, (end or time.time()) + pad)
 
 

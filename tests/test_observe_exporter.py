@@ -217,7 +217,7 @@ from pathlib import Path
 from mxc.runtime.observe import Observability
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
-from mxc.runtime.supervisor import now_iso
+from mxc.runtime.record import now_iso
 
 run = RunDir(Path(sys.argv[1]))
 run.path.mkdir(parents=True)

@@ -14,9 +14,9 @@ import pytest
 from mxc.runtime import hang
 from mxc.runtime.local_launcher import LocalLauncher
 from mxc.runtime.observe import Observability, pid_alive
-from mxc.runtime.record import RunRecord
+from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
-from mxc.runtime.supervisor import Supervisor, SupervisorConfig, now_iso
+from mxc.runtime.supervisor import Supervisor, SupervisorConfig
 from mxc.runtime.tsdb import last_values, open_tsdb
 
 FAKE_TRAINER = '''

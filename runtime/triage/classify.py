@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mxc.runtime.record import RunRecord
+from mxc.runtime.record import RunRecord, iso_time
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.triage import catalog as catalog_mod
 from mxc.runtime.triage import evidence
@@ -67,13 +67,9 @@ class Verdict:
 def hit_dict(hit: Hit) -> dict[str, Any]:
     out: dict[str, Any] = {"cause": hit.cause, "text": hit.text, "source": hit.source, "line": hit.line,
                            "rank": hit.rank, "node": hit.node, "attempt": hit.attempt, "detail": hit.detail,
-                           "time": iso(hit.time)}
+                           "time": iso_time(hit.time)}
     out.update(hit.extra)
     return out
-
-
-def iso(t: float | None) -> str | None:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z") if t else None
 
 
 def _sort_key(hit: Hit) -> tuple[bool, bool, float, int]:
@@ -274,4 +270,4 @@ def _context(verdict: Verdict, scan: _Scan, best: Hit, rank: int) -> None:
         if h.rank is not None and (h.rank not in per_rank or (per_rank[h.rank].role != "cause" and h.role == "cause")):
             per_rank[h.rank] = h
     verdict.ranks = [{"rank": r, "node": stacks.nodes.get(r), "cause": h.cause, "first": h.text[:200],
-                      "where": h.where(), "time": iso(h.time)} for r, h in sorted(per_rank.items())]
+                      "where": h.where(), "time": iso_time(h.time)} for r, h in sorted(per_rank.items())]

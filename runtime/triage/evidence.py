@@ -13,13 +13,14 @@ import re
 import signal
 import statistics
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mxc.runtime.record import RunRecord
+from mxc.runtime.record import RunRecord, epoch_seconds
 from mxc.runtime.triage.catalog import Catalog
 from mxc.runtime.triage.logs import Hit, Scanner
+
+from mxc.fsutil import read_json, read_jsonl
 
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE", "SIGQUIT", "SIGTRAP", "SIGSYS"})
 CRASH_NOTE = re.compile(r"^crash\.rank-(\d+)\.attempt-(\d+)\.txt$")
@@ -74,38 +75,6 @@ def _hit(catalog: Catalog, cause: str, text: str, source: str, **kw: Any) -> Hit
                try_=c.try_, **kw)
 
 
-def _epoch(iso: str | None) -> float | None:
-    if not iso:
-        return None
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text("utf-8"), strict=False)
-    except (OSError, ValueError):
-        return None
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    try:
-        lines = path.read_text("utf-8", errors="replace").splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            out.append(data)
-    return out
-
-
 def _signal_hit(catalog: Catalog, sig: str, source: str, **kw: Any) -> Hit | None:
     if sig in CRASH_SIGNALS:
         return _hit(catalog, "native_crash", f"the training process died by {sig}", source, detail=sig, **kw)
@@ -125,12 +94,12 @@ def rank_files(root: Path, scanner: Scanner, facts: Facts, labelled: bool) -> No
     for rank_dir in sorted((d for d in base.iterdir() if d.name.isdigit()), key=lambda d: int(d.name)):
         rank = int(rank_dir.name)
         rel = f"ranks/{rank}"
-        for event in _jsonl(rank_dir / "events.jsonl"):
+        for event in read_jsonl(rank_dir / "events.jsonl"):
             if event.get("event") == "start" and event.get("node"):
                 scanner.scan.nodes.setdefault(rank, str(event["node"]))
             if event.get("event") == "exit":
                 facts.exits[(int(event.get("attempt", 0)), rank)] = event
-        preflight = _read_json(rank_dir / "preflight.json")
+        preflight = read_json(rank_dir / "preflight.json")
         if isinstance(preflight, dict) and preflight.get("node"):
             scanner.scan.nodes.setdefault(rank, str(preflight["node"]))
         node = scanner.scan.nodes.get(rank)
@@ -264,11 +233,11 @@ def record_hits(record: RunRecord, scanner: Scanner) -> None:
         extra = attempt.model_extra or {}
         if extra.get("hung"):  # the hang watchdog (runtime/hang.py) marks the attempt it killed
             scanner.add(_hit(catalog, "hang", f"record.json: attempt {attempt.number}: {attempt.reason or 'hung'}",
-                             "record.json", attempt=attempt.number, time=_epoch(attempt.ended),
+                             "record.json", attempt=attempt.number, time=epoch_seconds(attempt.ended),
                              detail=attempt.reason or "hung"))
             continue
         if attempt.signal and attempt.exit_code not in (None, 0):
-            hit = _signal_hit(catalog, attempt.signal, "record.json", attempt=attempt.number, time=_epoch(attempt.ended))
+            hit = _signal_hit(catalog, attempt.signal, "record.json", attempt=attempt.number, time=epoch_seconds(attempt.ended))
             if hit:
                 hit.priority -= 1  # the rank's own files say more (which rank, which stage)
                 scanner.add(hit)
