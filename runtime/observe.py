@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
 import socket
@@ -313,18 +312,3 @@ def default_config(scrape_interval: int, job: str) -> str:
 def _log_line(run: RunDir, text: str) -> None:
     with contextlib.suppress(OSError), open(run.log, "a", encoding="utf-8") as fh:
         fh.write(text + "\n")
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except OSError:
-        return False

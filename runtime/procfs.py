@@ -33,3 +33,19 @@ def group_processes(pgid: int) -> list[int]:
 def session_processes(sid: int) -> list[int]:
     """Live processes of one session (a Ray head and every worker it forked)."""
     return _live_where(_SESSION, sid)
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Running (not a zombie); a process of another user counts as alive."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mxc.runtime.observe import pid_alive, tsdb_data
+from mxc.runtime.observe import tsdb_data
+from mxc.runtime.procfs import pid_alive
 from mxc.runtime.prometheus import PrometheusAPI, PrometheusServer, readonly_copy
 from mxc.runtime.record import RunRecord, epoch_seconds
 from mxc.runtime.rundir import RunDir

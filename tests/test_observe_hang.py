@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from mxc.runtime import hang
 from mxc.runtime.local_launcher import LocalLauncher
-from mxc.runtime.observe import Observability, pid_alive
+from mxc.runtime.observe import Observability
+from mxc.runtime.procfs import pid_alive
 from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.supervisor import Supervisor, SupervisorConfig

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mxc.runtime.observe import pid_alive
-from mxc.runtime.procfs import session_processes
+from mxc.runtime.procfs import pid_alive, session_processes
 from mxc.runtime.ray_launcher import RayLauncher
 
 
