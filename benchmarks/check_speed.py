@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import yaml
+
 from mxc.compiler.check.matrix import parse_matrix
 from mxc.compiler.check.runner import check_matrix
 from mxc.compiler.loader import load_yaml

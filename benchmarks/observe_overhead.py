@@ -118,7 +118,7 @@ def scrape_cost(work: Path, logged: int, scrapes: int = 30) -> dict[str, float]:
     ready = run.parent / "ready.json"
     config = run.parent / "exporter.json"
     config.write_text(json.dumps({"bind": "127.0.0.1", "port": 29400, "plugins": ["host", "gpu", "tensorboard"]}))
-    proc = subprocess.Popen([sys.executable, "-m", "mxc.runtime.exporter", "--config", str(config), "--run-dir",
+    proc = subprocess.Popen([sys.executable, "-m", "mxc.runtime.observe.exporter", "--config", str(config), "--run-dir",
                              str(run), "--ready-file", str(ready)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "MXC_HOME": str(work / "home")})
     try:

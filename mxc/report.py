@@ -95,7 +95,7 @@ def _float(value: Any) -> float | None:
 
 
 def load_tsdb(data: RunData) -> None:
-    from mxc.runtime.tsdb import open_tsdb, range_series
+    from mxc.runtime.observe.tsdb import open_tsdb, range_series
 
     if not (data.run.tsdb / "data").is_dir():
         data.tsdb_note = "no TSDB (observability was off)"
@@ -133,7 +133,7 @@ def load_tsdb(data: RunData) -> None:
 
 def _training_spans(run: RunDir, started: float) -> list[tuple[float, float]]:
     """When each attempt's training process ran (the run's event file), seconds since start."""
-    from mxc.runtime.run_events import EVENTS
+    from mxc.runtime.observe.run_events import EVENTS
 
     spans: list[tuple[float, float]] = []
     begin: float | None = None

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import yaml
+
 from mxc.compiler.check import Finding, Lock, check_document
 from mxc.compiler.loader import load_yaml
 

@@ -14,7 +14,6 @@ from typing import Any
 from mxc.runtime import runs
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
-
 from tests.conftest import REPO, Mxc
 from tests.processes import run_processes
 from tests.slurm_cluster import SlurmCluster

@@ -11,6 +11,7 @@ import sys
 from importlib import resources
 
 import pytest
+
 from mxc.compiler.check.catalogs import (
     all_flag_versions,
     env_catalog,

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from mxc.compiler.check.cue_schema import job_spec_cue
-from mxc.compiler.pipeline import resolve_spec
 
 from mxc import cue
 from mxc.build import read_file
+from mxc.compiler.check.cue_schema import job_spec_cue
+from mxc.compiler.pipeline import resolve_spec
 from tests.conftest import REPO, RUNNABLE_SPECS, Mxc
 
 SCHEMA = REPO / "specs" / "schema.cue"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from mxc.compiler.check.findings import merge_matrix
 from mxc.compiler.check.matrix import apply_changes, expand, parse_matrix
 from mxc.compiler.check.runner import check_matrix
 from mxc.compiler.errors import SpecErrors
 from mxc.compiler.loader import load_yaml
-
 from tests.check_support import GPU_SPEC
 from tests.conftest import Mxc
 

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import yaml
-from mxc.compiler.check.probe_plan import maxtext_message
 
+from mxc.compiler.check.probe_plan import maxtext_message
 from tests.check_support import CPU_SPEC, spec
 from tests.conftest import Mxc
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from mxc.compiler.check import RULES, Lock
 from mxc.compiler.check.findings import Finding
-
 from tests.check_support import CPU_SPEC, GPU_SPEC, check, line_of, of_rule, spec
 
 

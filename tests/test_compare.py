@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 import yaml
-from mxc.runtime.compare import Series, compare_runs, loss_diff, same
+
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
-
+from mxc.runtime.triage.compare import Series, compare_runs, loss_diff, same
 from tests.conftest import REPO, Mxc
 
 TINY = REPO / "specs" / "tiny.yaml"

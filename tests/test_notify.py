@@ -1,4 +1,4 @@
-"""Alerts (runtime/notify.py, `mxc notify test`) against a real HTTP server on 127.0.0.1.
+"""Alerts (mxc/runtime/notify.py, `mxc notify test`) against a real HTTP server on 127.0.0.1.
 
 The webhook URL / bot token is a secret: it must never reach the bundle, the record, a log or
 mxc's output, and a failed alert must never fail the run. The end-to-end tests train the tiny
@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from mxc.runtime import notify
 from mxc.runtime.notify import NotifyConfig, send
-
 from tests.conftest import REPO, Mxc
 from tests.processes import trainer_pids
 
@@ -232,7 +232,7 @@ import json, sys
 from mxc.build import compile_file
 from mxc.store import Store
 from mxc.runtime.backends import RunRequest
-from mxc.runtime.local import LocalBackend
+from mxc.runtime.local.backend import LocalBackend
 from pathlib import Path
 bundle = compile_file({str(spec_path)!r}, ())
 store = Store(Path({str(home)!r}))

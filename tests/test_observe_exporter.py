@@ -16,12 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mxc.runtime.prometheus import PrometheusServer, promtool_check, write_targets
-from mxc.runtime.record import RunRecord
-from mxc.runtime.rundir import RunDir
-from mxc.runtime.tsdb import last_values, open_tsdb, range_series
 from prometheus_client.parser import text_string_to_metric_families
 
+from mxc.runtime.observe.prometheus import PrometheusServer, promtool_check, write_targets
+from mxc.runtime.observe.tsdb import last_values, open_tsdb, range_series
+from mxc.runtime.record import RunRecord
+from mxc.runtime.rundir import RunDir
 from tests.conftest import REPO, Mxc
 
 RAISING_PLUGIN = '''
@@ -93,7 +93,7 @@ def exporter(tmp_path: Path, run_dir: Path) -> Iterator[tuple[subprocess.Popen[b
     config.write_text(json.dumps({"bind": "127.0.0.1", "port": taken, "plugins": ["host", "gpu", "tensorboard"]}))
     ready = tmp_path / "ready.json"
     log = open(tmp_path / "exporter.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "mxc.runtime.exporter", "--config", str(config), "--run-dir",
+    proc = subprocess.Popen([sys.executable, "-m", "mxc.runtime.observe.exporter", "--config", str(config), "--run-dir",
                              str(run_dir), "--plugins-dir", str(plugins), "--ready-file", str(ready)],
                             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MXC_HOME": str(tmp_path / "h")})
     try:
@@ -214,7 +214,7 @@ def test_tsdb_answers_after_every_process_exited(exporter: tuple, run_dir: Path)
 HOLDER = '''
 import json, sys, time
 from pathlib import Path
-from mxc.runtime.observe import Observability
+from mxc.runtime.observe.observer import Observability
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.record import now_iso

@@ -11,14 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-from mxc.runtime import hang
-from mxc.runtime.local_launcher import LocalLauncher
-from mxc.runtime.observe import Observability
+
+from mxc.runtime.local.launcher import LocalLauncher
+from mxc.runtime.local.supervisor import Supervisor, SupervisorConfig
+from mxc.runtime.observe import hang
+from mxc.runtime.observe.observer import Observability
+from mxc.runtime.observe.tsdb import last_values, open_tsdb
 from mxc.runtime.procfs import pid_alive
 from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
-from mxc.runtime.supervisor import Supervisor, SupervisorConfig
-from mxc.runtime.tsdb import last_values, open_tsdb
 
 FAKE_TRAINER = '''
 import json, os, sys, time

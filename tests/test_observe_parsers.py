@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from mxc.plugins import gpu, host, tensorboard
 from mxc.plugins.api import PluginContext, PluginUnavailable
 from mxc.plugins.tail import EventFileTail, JsonlTail
-from mxc.runtime.plugin_host import PluginHost
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from mxc.runtime.observe.plugin_host import PluginHost
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GIB = 1024**3
@@ -323,7 +324,7 @@ def test_builtin_plugins_are_found_by_entry_point() -> None:
     from importlib.metadata import entry_points
 
     from mxc.plugins.api import ENTRY_POINT_GROUP
-    from mxc.runtime.plugin_host import discover
+    from mxc.runtime.observe.plugin_host import discover
 
     found = discover(["host", "gpu", "tensorboard"], [])
     assert {"host", "gpu", "tensorboard"} <= set(found)
@@ -334,7 +335,7 @@ def test_builtin_plugins_are_found_by_entry_point() -> None:
 
 
 def test_events_collector_annotations(tmp_path: Path) -> None:
-    from mxc.runtime import run_events
+    from mxc.runtime.observe import run_events
 
     path = tmp_path / run_events.EVENTS
     run_events.append(path, "attempt_start", attempt=0)

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+from mxc.runtime.observe.ray_launcher import RayLauncher
 from mxc.runtime.procfs import pid_alive, session_processes
-from mxc.runtime.ray_launcher import RayLauncher
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +81,8 @@ def test_ray_metrics_endpoint_is_on_loopback(launcher: RayLauncher) -> None:
 
 def test_without_ray_the_training_still_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from mxc.runtime import ray_launcher
-    from mxc.runtime.local_launcher import LocalProcess
+    from mxc.runtime.local.launcher import LocalProcess
+    from mxc.runtime.observe import ray_launcher
 
     def broken(self: object, num_cpus: int = 1) -> None:
         raise RuntimeError("ray start exited 1")
@@ -104,7 +105,8 @@ def test_slurm_training_wrapper_trains_without_ray_when_ray_is_not_up(tmp_path: 
     obs.mkdir()
     if node_file is not None:
         (obs / "ray-node-node1.attempt-0.json").write_text(json.dumps(node_file))
-    out = subprocess.run([sys.executable, "-m", "mxc.runtime.ray_node_launch", "--run-dir", str(tmp_path), "--node", "node1",
+    out = subprocess.run([sys.executable, "-m", "mxc.runtime.observe.ray_node_launch", "--run-dir", str(tmp_path),
+                          "--node", "node1",
                           "--rank", "0", "--wait", "1", "--", sys.executable, "-c", "print('trained'); raise SystemExit(3)"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 3 and out.stdout == "trained\n"

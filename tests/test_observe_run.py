@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mxc.runtime.procfs import pid_alive, session_processes
 
+from mxc.runtime.procfs import pid_alive, session_processes
 from tests.conftest import REPO, Home
 from tests.processes import run_processes, trainer_pids
 

@@ -15,15 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
-from mxc.runtime.backends import Plan
-from mxc.runtime.hostfacts import collect, compare
-from mxc.runtime.local_launcher import LocalLauncher
-from mxc.runtime.metrics_merge import merge, write_merged
-from mxc.runtime.progress import ProgressBar
-from mxc.runtime.rundir import RunDir
-from mxc.runtime.supervisor import latest_checkpoint, signal_of
-from mxc.runtime.trainlog import LogFollower, parse_step
 
+from mxc.runtime.backends import Plan
+from mxc.runtime.local.launcher import LocalLauncher
+from mxc.runtime.local.progress import ProgressBar
+from mxc.runtime.local.supervisor import latest_checkpoint, signal_of
+from mxc.runtime.metrics_merge import merge, write_merged
+from mxc.runtime.provenance.hostfacts import collect, compare
+from mxc.runtime.rundir import RunDir
+from mxc.runtime.trainlog import LogFollower, parse_step
 from tests.conftest import REPO, store_snapshot
 
 TINY = str(REPO / "specs/tiny.yaml")

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from mxc.runtime.rundir import RunDir
 
+from mxc.runtime.rundir import RunDir
 from tests.conftest import Mxc
 from tests.processes import trainer_pids
 from tests.slurm_cluster import SlurmCluster

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mxc.runtime.metrics_merge import read_lines
 
+from mxc.runtime.metrics_merge import read_lines
 from tests.conftest import Mxc
 from tests.processes import trainer_pids
 from tests.slurm_cluster import SlurmCluster

@@ -1,4 +1,4 @@
-"""The triage catalog (runtime/triage/patterns.yaml) is data: check it like code.
+"""The triage catalog (mxc/runtime/triage/patterns.yaml) is data: check it like code.
 
 Every pattern names its source and carries an example line that must be classified as its
 own cause under the first-match rule; every cause is the verdict of at least one saved
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from mxc.runtime.triage import catalog
 
 FIXTURES = Path(__file__).parent / "fixtures" / "triage"

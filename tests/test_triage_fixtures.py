@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from mxc.runtime.triage import classify
 
+from mxc.runtime.triage import classify
 from tests.conftest import Mxc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "triage"

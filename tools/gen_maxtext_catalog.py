@@ -1,4 +1,4 @@
-"""Regenerate compiler/data/maxtext/maxtext-<version>.json from the installed maxtext package.
+"""Regenerate mxc/compiler/data/maxtext/maxtext-<version>.json from the installed maxtext package.
 
 ``mxc check`` judges ``model.overrides`` without importing MaxText (which takes seconds and
 pulls in jax): it needs the config keys MaxText accepts, their types and allowed values

@@ -1,4 +1,4 @@
-"""Regenerate compiler/data/maxtext_models.json from the installed maxtext package.
+"""Regenerate mxc/compiler/data/maxtext_models.json from the installed maxtext package.
 
 MaxText's own ``ModelName`` type is the authority (a models/*.yml file can exist for a
 name the config validation rejects). Run with the training venv:

@@ -1,4 +1,4 @@
-"""Regenerate specs/schema.cue from compiler/schema.py (see mxc.compiler.check.cue_schema).
+"""Regenerate specs/schema.cue from mxc/compiler/schema.py (see mxc.compiler.check.cue_schema).
 
     python tools/gen_schema_cue.py
 """

@@ -1,4 +1,4 @@
-"""Regenerate compiler/data/xla_flags/jaxlib-<version>.json from an installed jaxlib.
+"""Regenerate mxc/compiler/data/xla_flags/jaxlib-<version>.json from an installed jaxlib.
 
 Why not just ``strings``: the shared library holds ~550 ``xla_*`` names, but only those XLA
 registers as flags are accepted in ``XLA_FLAGS`` (jaxlib aborts on any other), and strings

@@ -85,7 +85,7 @@ def _when(seconds: float) -> str:
 
 
 def _metrics(args: argparse.Namespace) -> int:
-    from mxc.runtime.tsdb import last_values, open_tsdb, range_series
+    from mxc.runtime.observe.tsdb import last_values, open_tsdb, range_series
 
     run, record = _find(args.ref)
     with open_tsdb(run, record) as tsdb:
@@ -158,8 +158,8 @@ def _dashboard(args: argparse.Namespace) -> int:
     import subprocess
     import tempfile
 
-    from mxc.runtime.prometheus import free_ports
-    from mxc.runtime.tsdb import open_tsdb
+    from mxc.runtime.observe.prometheus import free_ports
+    from mxc.runtime.observe.tsdb import open_tsdb
 
     run, record = _find(args.ref)
     stop = {"now": False}

@@ -62,8 +62,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _rerun(args: argparse.Namespace) -> int:
     from mxc.errors import UserError
-    from mxc.runtime import hostfacts, runs
+    from mxc.runtime import runs
     from mxc.runtime.backends import training_python
+    from mxc.runtime.provenance import hostfacts
 
     st = store()
     ref = runs.resolve(st.home, args.ref, st.hashes())

@@ -25,7 +25,7 @@ def _cancel(args: argparse.Namespace) -> int:
     if record.final:
         raise UserError(f"run {run.run_id} already ended ({record.status})")
     if record.backend == "slurm":
-        from mxc.runtime.slurm import cancel
+        from mxc.runtime.slurm.backend import cancel
 
         record = cancel(run)
     else:

@@ -159,7 +159,7 @@ def render(verdict: Any, verbose: bool = False) -> str:
 
 def _compare(args: argparse.Namespace) -> int:
     from mxc.errors import UserError
-    from mxc.runtime.compare import compare_runs
+    from mxc.runtime.triage.compare import compare_runs
 
     run_a, run_b = _find_run(args.a), _find_run(args.b)
     if run_a.path == run_b.path:

@@ -1,0 +1,168 @@
+"""Check a resolved spec (or every combination of a matrix over it): schema, then every rule.
+
+Pure: the caller reads files (``Reader``) and the lockfile. A spec that does not validate
+yields ``schema`` findings and no rule runs on it (rules need a valid spec).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from mxc.compiler.check.findings import Finding, merge
+from mxc.compiler.check.matrix import Combination, Matrix, apply_changes, expand
+from mxc.compiler.check.registry import RULES, Rule
+from mxc.compiler.check.subject import Issue, Locate, Subject, choose_jaxlib, choose_maxtext
+from mxc.compiler.errors import SpecErrors
+from mxc.compiler.loader import Loaded, Path
+from mxc.compiler.resolve import line_of
+from mxc.compiler.schema import Checkpoint, Env, JobSpec, Model, Restart
+from mxc.compiler.secretscan import secret_shape
+from mxc.compiler.validate import validate
+
+
+@dataclass(frozen=True)
+class Lock:
+    """What the checker needs from a spec's lockfile (read by the caller)."""
+
+    name: str = ""
+    jaxlib: str | None = None
+
+
+@dataclass
+class Checked:
+    """One checked spec or combination: its findings and, when it validated, what the rules saw."""
+
+    file: str
+    combination: Combination | None
+    subject: Subject | None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def spec(self) -> JobSpec | None:
+        return self.subject.spec if self.subject is not None else None
+
+
+def _locator(doc: Loaded, overlay: dict[Path, tuple[str, int]] | None) -> Locate:
+    def locate(path: Path) -> tuple[str, int | None]:
+        if overlay:
+            for end in range(len(path), -1, -1):
+                hit = overlay.get(path[:end])
+                if hit is not None:
+                    return hit[0], hit[1]
+        return line_of(doc, path)
+
+    return locate
+
+
+def run_rules(subject: Subject, rules: Iterable[Rule] = RULES,
+              reuse: dict[str, list[Issue]] | None = None, changed: frozenset[str] = frozenset()) -> list[Finding]:
+    """Every rule on ``subject``. With ``reuse`` (the base spec's issues per rule), a rule that
+    reads none of the ``changed`` sections is not run again: its issues are the base's."""
+    out: list[Finding] = []
+    combos = (subject.combination,) if subject.combination is not None else ()
+    for rule in rules:
+        issues = reuse[rule.name] if reuse is not None and not (rule.reads & changed) else rule.check(subject)
+        for issue in issues:
+            out.append(_finding(subject, rule.name, issue.severity or rule.severity, issue, combos))
+    return out
+
+
+def _finding(subject: Subject, rule: str, severity: str, issue: Issue, combos: tuple[int, ...]) -> Finding:
+    file, line = subject.locate(issue.path)
+    return Finding(file or subject.file, line, ".".join(map(str, issue.path)), rule, severity,  # type: ignore[arg-type]
+                   issue.message, issue.suggestion, combos)
+
+
+def _schema_findings(exc: SpecErrors, combos: tuple[int, ...]) -> list[Finding]:
+    return [Finding(e.file, e.line, e.key, "schema", "error", e.message, e.suggestion, combos) for e in exc.errors]
+
+
+def check_document(doc: Loaded, file: str, lock: Lock = Lock()) -> Checked:
+    """Validate and run every rule on one resolved spec document."""
+    try:
+        spec = validate(doc, file)
+    except SpecErrors as exc:
+        return Checked(file, None, None, _schema_findings(exc, ()))
+    subject = Subject(file, spec, _locator(doc, None), choose_jaxlib(spec, lock.jaxlib, lock.name), choose_maxtext(spec))
+    return Checked(file, None, subject, run_rules(subject))
+
+
+@dataclass
+class _Base:
+    """The matrix's base spec, validated once, with each rule's issues on it."""
+
+    data: dict[str, Any]
+    spec: JobSpec | None
+    issues: dict[str, list[Issue]] | None
+
+
+def check_matrix(doc: Loaded, file: str, matrix: Matrix, lock: Lock = Lock()) -> list[Checked]:
+    """Every combination of ``matrix`` applied to the resolved spec ``doc``, checked."""
+    base = _base(doc, file, lock)
+    return [check_combination(doc, file, combo, lock, base) for combo in expand(matrix)]
+
+
+def _base(doc: Loaded, file: str, lock: Lock) -> _Base:
+    try:
+        spec = JobSpec.model_validate(doc.data)
+    except ValidationError:
+        return _Base(doc.data, None, None)
+    subject = Subject(file, spec, _locator(doc, None), choose_jaxlib(spec, lock.jaxlib, lock.name), choose_maxtext(spec))
+    return _Base(doc.data, spec, {rule.name: list(rule.check(subject)) for rule in RULES})
+
+
+# Sections a combination may change without re-validating the whole spec: JobSpec's own
+# validators are _consistent (image, code, runtime, resources) and _no_secrets (every string;
+# the changed values are scanned below). tests/test_check_matrix.py pins that list and proves
+# the fast path gives the same spec as a full validation.
+_FAST_SECTIONS: dict[str, type[BaseModel]] = {"env": Env, "model": Model, "checkpoint": Checkpoint, "restart": Restart}
+
+
+@lru_cache(maxsize=65536)
+def _secret(text: str) -> bool:
+    return secret_shape(text) is not None
+
+
+def _fast_validate(base: _Base, data: dict[str, Any], combo: Combination, sections: frozenset[str]) -> JobSpec | None:
+    """The combination's spec from the validated base and its re-validated sections; None when
+    only a full validation can tell (it then also produces the error messages)."""
+    if base.spec is None or not sections <= _FAST_SECTIONS.keys() or not all(s in data for s in sections):
+        return None
+    for path, value in combo.changes:
+        if _secret(str(path[-1])) or (isinstance(value, str) and _secret(value)):
+            return None
+    try:
+        updates = {s: _FAST_SECTIONS[s].model_validate(data[s]) for s in sections}
+    except ValidationError:
+        return None
+    return base.spec.model_copy(update=updates)
+
+
+def check_combination(doc: Loaded, file: str, combo: Combination, lock: Lock = Lock(), base: _Base | None = None) -> Checked:
+    data = apply_changes(doc.data, combo.changes)
+    combos = (combo.number,)
+    sections = frozenset(str(path[0]) for path, _ in combo.changes)
+    spec = _fast_validate(base, data, combo, sections) if base is not None else None
+    if spec is None:
+        try:
+            spec = JobSpec.model_validate(data)
+        except ValidationError:
+            merged = Loaded(data, {**doc.lines, **combo.lines})
+            try:
+                validate(merged, file)
+            except SpecErrors as exc:
+                return Checked(file, combo, None, _schema_findings(exc, combos))
+            raise  # pragma: no cover - validate() agrees with model_validate
+    subject = Subject(file, spec, _locator(doc, combo.lines), choose_jaxlib(spec, lock.jaxlib, lock.name),
+                      choose_maxtext(spec), combination=combo.number)
+    reuse = base.issues if base is not None else None
+    return Checked(file, combo, subject, run_rules(subject, reuse=reuse, changed=sections))
+
+
+def findings_of(results: Iterable[Checked]) -> list[Finding]:
+    return merge(f for r in results for f in r.findings)

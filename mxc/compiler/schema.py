@@ -1,0 +1,314 @@
+"""The job spec, ``mxc/v1``: what a training run depends on, and nothing else.
+
+Models are frozen and forbid unknown keys: a typo must fail at review time, not be
+ignored on the cluster. Field descriptions feed ``mxc schema`` and docs/spec-reference.md.
+"""
+
+
+import re
+from typing import Annotated, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from mxc.compiler.catalog import maxtext_model_names
+from mxc.compiler.errors import did_you_mean
+from mxc.compiler.secretscan import find_secrets
+
+SCHEMA_VERSION = "mxc/v1"
+
+Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+Commit = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+Scalar = bool | int | float | str
+SlurmTime = Annotated[
+    str, StringConstraints(pattern=r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$|^\d+-\d+$")
+]
+Port = Annotated[int, Field(ge=1024, le=65535)]
+Interface = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
+# A value that lands on an #SBATCH line: sbatch parses those itself, so no quoting can help;
+# forbid whitespace and shell metacharacters instead.
+SlurmToken = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:@%+=\[\]|&!*()/-]+$")]
+
+# Keys that mxc itself passes to MaxText for every run; setting them in a spec would
+# silently fight the runtime (outputs in the wrong place, a second metrics file).
+RESERVED_OVERRIDES = frozenset({"run_name", "base_output_directory", "metrics_file", "model_name"})
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Image(Strict):
+    """The container image, pinned by content digest (a tag alone can move)."""
+
+    ref: str = Field(min_length=1, description="Image reference or .sif path, e.g. docker.io/rocm/jax-training:maxtext-v25.9")
+    digest: Digest = Field(
+        description="sha256:<64 hex> of the image manifest (or of the .sif file); `mxc lock` resolves it from the tag"
+    )
+
+
+class Code(Strict):
+    """The training code: a git commit, or for native runs the pinned maxtext release."""
+
+    repo: str | None = Field(None, description="git URL or path of the MaxText (or fork) repository")
+    commit: Commit | None = Field(None, description="full 40-hex commit of `repo` (or leave it to the lockfile: `mxc lock`)")
+    ref: str | None = Field(
+        None, min_length=1, description="branch or tag that `mxc lock` resolves to `commit`; the commit is what runs"
+    )
+    pythonpath: str = Field("src", description="directory inside the checkout to put on PYTHONPATH")
+    maxtext_version: str | None = Field(
+        None, pattern=r"^\d+(\.\d+)*([a-z0-9.+-]*)$", description="pinned maxtext package version (native runs)"
+    )
+    jaxlib_version: str | None = Field(
+        None, pattern=r"^\d+(\.\d+)*([a-z0-9.+-]*)$",
+        description="jaxlib the training runs with (e.g. the image's); `mxc check` judges XLA flags against this version",
+    )
+
+    @model_validator(mode="after")
+    def _pinned(self) -> Self:
+        if (self.repo is None) != (self.commit is None):
+            raise ValueError("commit: code.repo and code.commit go together (a repository is pinned by a commit; "
+                             "`mxc lock` + `mxc build --locked` fill it from code.ref)")
+        if self.ref is not None and self.repo is None:
+            raise ValueError("ref: code.ref names a branch or tag of code.repo; set code.repo")
+        if self.repo is None and self.maxtext_version is None:
+            raise ValueError("maxtext_version: pin the training code with code.repo + code.commit, or code.maxtext_version")
+        return self
+
+
+class Model(Strict):
+    """The MaxText model: a config name plus ``key=value`` overrides passed through verbatim."""
+
+    model_name: str = Field(description="MaxText model name (configs/models/<name>.yml), or 'default'")
+    config: str = Field("base.yml", description="MaxText config file, relative to maxtext/configs")
+    overrides: dict[str, Scalar] = Field(
+        default_factory=dict, description="MaxText config keys passed as key=value (steps, per_device_batch_size, ...)"
+    )
+
+    @field_validator("model_name")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        known = maxtext_model_names()
+        if value not in known:
+            hint = did_you_mean(value, known)
+            raise ValueError(f"'{value}' is not a MaxText model" + (f" ({hint})" if hint else ""))
+        return value
+
+    @field_validator("overrides")
+    @classmethod
+    def _not_reserved(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
+        for key in value:
+            if key in RESERVED_OVERRIDES:
+                raise ValueError(f"'{key}' is set by mxc for every run; remove it from model.overrides")
+            if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
+                raise ValueError(f"'{key}' is not a MaxText config key (lower_snake_case)")
+        return value
+
+
+class Env(Strict):
+    """Environment of the training process."""
+
+    xla_flags: dict[Annotated[str, StringConstraints(pattern=r"^xla_[a-z0-9_]+$")], Scalar] = Field(
+        default_factory=dict, description="XLA flags without the leading --, rendered into XLA_FLAGS"
+    )
+    vars: dict[EnvName, Scalar] = Field(
+        default_factory=dict, description="NCCL_*, RCCL_*, NVTE_*, HSA_*, JAX_* and other variables"
+    )
+
+    @field_validator("vars")
+    @classmethod
+    def _no_reserved(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
+        for key in value:
+            if key.startswith("MXC_"):
+                raise ValueError(f"'{key}': MXC_* variables belong to mxc itself")
+        return value
+
+
+class Resources(Strict):
+    """What to ask the scheduler for."""
+
+    nodes: int = Field(1, ge=1, description="number of nodes (one task per node)")
+    gpus_per_node: int = Field(0, ge=0, description="GPUs per node")
+    gpu_vendor: Literal["amd", "nvidia", "none"] = Field("none", description="GPU kind: selects --rocm/--nv and device variables")
+    cpus_per_task: int | None = Field(None, ge=1, description="CPUs for the one task on each node")
+    mem: str | None = Field(None, pattern=r"^\d+[KMGT]?$", description="memory per node, Slurm syntax (e.g. 512G); 0 = all")
+    partition: SlurmToken | None = Field(None, description="Slurm partition")
+    account: SlurmToken | None = Field(None, description="Slurm account")
+    qos: SlurmToken | None = Field(None, description="Slurm QOS")
+    constraint: SlurmToken | None = Field(None, description="Slurm node features, e.g. mi300x")
+    reservation: SlurmToken | None = Field(None, description="Slurm reservation")
+    time: SlurmTime | None = Field(None, description="time limit, Slurm syntax: MM, HH:MM:SS or D-HH:MM:SS")
+    exclusive: bool = Field(True, description="take whole nodes (--exclusive)")
+    sbatch_extra: list[Annotated[str, StringConstraints(pattern=r"^--[a-z][a-z0-9-]*(=.+)?$")]] = Field(
+        default_factory=list, description="extra sbatch options for site needs, e.g. --gpu-bind=closest"
+    )
+
+    @model_validator(mode="after")
+    def _gpus_have_vendor(self) -> Self:
+        if self.gpus_per_node and self.gpu_vendor == "none":
+            raise ValueError("gpu_vendor: gpus_per_node > 0 needs gpu_vendor amd or nvidia")
+        return self
+
+
+class Timeouts(Strict):
+    """Seconds each stage may take on a node; a stage past its limit fails the job, naming the stage."""
+
+    preflight: int = Field(900, ge=1, description="node checks before training")
+    image: int = Field(900, ge=1, description="image pull and digest verification")
+    train: int | None = Field(None, ge=1, description="training itself (default: the job's time limit)")
+
+
+class Preflight(Strict):
+    """Node checks before training; a failed check stops the job with its reason."""
+
+    gpus: bool = Field(True, description="the node sees exactly resources.gpus_per_node GPUs")
+    stale_processes: bool = Field(True, description="no training process of another job is left on the node")
+    min_free_gb: float = Field(10.0, ge=0, description="free disk (GB) needed where checkpoints go")
+    network: bool = Field(True, description="the chosen NCCL/RCCL network interface exists")
+
+
+class CoreDumps(Strict):
+    """What is kept when training dies by a fatal signal (SIGSEGV, SIGABRT, ...), for `mxc triage`."""
+
+    max_mb: int = Field(1024, ge=0, description="core file size limit (ulimit -c) in MB; 0: no core, only the Python stack")
+    keep: int = Field(2, ge=0, description="most core files kept in the run's cores/ directory (they are large)")
+    backtrace: bool = Field(True, description="write each core's native backtrace (gdb, when installed) to stacks/")
+
+
+class Runtime(Strict):
+    """Where and how the bundle runs."""
+
+    backend: Literal["local", "slurm"] = Field("local", description="local: this machine; slurm: sbatch")
+    container: Literal["apptainer", "podman", "native"] = Field("native", description="how the training process is isolated")
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    preflight: Preflight = Field(default_factory=Preflight)
+    python: str = Field("python3", description="interpreter for native runs (on PATH or absolute)")
+    modules: list[str] = Field(default_factory=list, description="environment modules loaded on each node (`module load`)")
+    network_interface: Interface | None = Field(None, description="NCCL/RCCL socket interface; default: chosen on the node")
+    signal_seconds: int = Field(300, ge=10, description="USR2 this many seconds before the time limit, to checkpoint")
+    mounts: list[Annotated[str, StringConstraints(pattern=r"^/[^:]*:/[^:]*(:ro)?$")]] = Field(
+        default_factory=list, description="container bind mounts, /host:/container[:ro]"
+    )
+    cores: CoreDumps = Field(default_factory=CoreDumps)
+
+
+class Observability(Strict):
+    """Metrics, TensorBoard and hang detection. Dashboards bind to loopback unless told otherwise."""
+
+    enabled: bool = Field(False, description="run the exporter, Prometheus and Ray with training")
+    bind: str = Field("127.0.0.1", description="address the exporter and dashboards listen on")
+    exporter_port: Port = Field(9400, description="first port tried for the exporter (a free one is picked)")
+    prometheus_port: Port = Field(9190, description="first port tried for Prometheus")
+    tensorboard_port: Port = Field(6006, description="first port tried for TensorBoard")
+    scrape_interval: int = Field(10, ge=1, le=3600, description="seconds between scrapes")
+    plugins: list[str] = Field(default_factory=lambda: ["host", "gpu", "tensorboard"], description="exporter plugins")
+    hang_timeout: int = Field(900, ge=10, description="seconds without a step (after the first) before a run is hung")
+
+
+class Checkpoint(Strict):
+    """MaxText checkpoints: what automatic restart and Slurm requeue resume from."""
+
+    dir: str | None = Field(None, description="where checkpoints go (default: inside the run directory)")
+    period: int = Field(0, ge=0, description="steps between checkpoints; 0 disables checkpointing")
+
+
+class Restart(Strict):
+    """How often a failed or preempted run is restarted from its last checkpoint."""
+
+    max: int = Field(0, ge=0, description="automatic restarts from the last checkpoint before giving up")
+
+
+NotifyEvent = Literal["start", "finish", "failure", "hang", "restart"]
+NOTIFY_EVENTS: tuple[NotifyEvent, ...] = ("start", "finish", "failure", "hang", "restart")
+# Variables mxc writes into record.json (mxc/runtime/backends.py RECORDED_ENV_PREFIXES): a secret
+# kept in one of them would be recorded, so notify.secret_env must not use these prefixes.
+RECORDED_ENV_PREFIXES = (
+    "MXC_", "XLA_", "JAX_", "TF_", "NCCL_", "RCCL_", "NVTE_", "HSA_", "HIP_", "ROCR_", "CUDA_", "GPU_",
+    "LIBTPU", "OMP_", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "PATH",
+)
+
+
+class Notify(Strict):
+    """Alerts to a chat webhook on a run's start, finish, failure, hang and restart.
+
+    The webhook URL (Slack, Mattermost) or bot token (Telegram) is a secret: the spec names
+    the environment variable or file that holds it, never the value (docs/alerts.md).
+    """
+
+    format: Literal["slack", "mattermost", "telegram"] = Field(description="message format of the webhook")
+    secret_env: EnvName | None = Field(None, description="environment variable holding the webhook URL or bot token")
+    secret_file: str | None = Field(
+        None, min_length=1, description="file holding the webhook URL or bot token (~ expands; keep it mode 600)"
+    )
+    chat_id: str | None = Field(None, pattern=r"^(-?\d+|@[A-Za-z0-9_]{5,})$", description="Telegram chat id or @channel")
+    api_url: str = Field(
+        "https://api.telegram.org", pattern=r"^https?://[^\s/@]+(:\d+)?(/[^\s]*)?$",
+        description="Telegram Bot API server (a self-hosted one, or a local test server)",
+    )
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS), description="which events alert")
+    timeout: float = Field(5.0, gt=0, le=60, description="seconds an alert may take; a failed alert never fails the run")
+
+    @model_validator(mode="after")
+    def _where_the_secret_is(self) -> Self:
+        if (self.secret_env is None) == (self.secret_file is None):
+            raise ValueError("secret_env: name exactly one of notify.secret_env or notify.secret_file (where the secret is)")
+        if self.secret_env and self.secret_env.startswith(RECORDED_ENV_PREFIXES):
+            raise ValueError(f"secret_env: '{self.secret_env}' would be written into the run record (mxc records "
+                             "variables starting with " + ", ".join(RECORDED_ENV_PREFIXES[:4]) + ", ...); use another name")
+        if self.format == "telegram" and not self.chat_id:
+            raise ValueError("chat_id: the telegram format needs notify.chat_id")
+        return self
+
+
+class JobSpec(Strict):
+    """A reviewed, versioned description of one training job."""
+
+    schema_: Literal["mxc/v1"] = Field(alias="schema", description="spec format version")
+    name: Name = Field(description="job name (letters, digits, . _ -)")
+    description: str = Field("", description="free text for humans")
+    image: Image | None = Field(None, description="container image; none for runtime.container: native")
+    code: Code
+    model: Model
+    env: Env = Field(default_factory=Env)
+    resources: Resources = Field(default_factory=Resources)
+    runtime: Runtime = Field(default_factory=Runtime)
+    observability: Observability = Field(default_factory=Observability)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    restart: Restart = Field(default_factory=Restart)
+    notify: Notify | None = Field(None, description="chat alerts (webhook); the secret itself stays outside the spec")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.runtime.container == "native":
+            if self.image is not None:
+                raise ValueError("image: runtime.container is native, so remove 'image' (or pick apptainer/podman)")
+        elif self.image is None:
+            raise ValueError(f"image: required (ref + digest) because runtime.container is {self.runtime.container}")
+        if self.runtime.container != "native" and self.code.repo is None:
+            raise ValueError("code.repo: container runs pin the training code by git commit; set code.repo and code.commit")
+        if self.runtime.backend == "local" and self.resources.nodes > 1:
+            raise ValueError("resources.nodes: runtime.backend local runs on one node; set nodes to 1 or backend: slurm")
+        return self
+
+    @model_validator(mode="after")
+    def _no_secrets(self) -> Self:
+        """A spec is copied into every bundle and shown by `mxc show`: it must not hold a secret."""
+        for path, what in find_secrets(self.model_dump(mode="json", by_alias=True)):
+            parts = path.split(".")
+            keyed = ".".join(p for p in _lower_prefix(parts))
+            raise ValueError(f"{keyed or 'name'}: '{path}' looks like {what}; a spec must not hold secrets: keep it "
+                             "in an environment variable or a file and name that (e.g. notify.secret_env)")
+        return self
+
+
+def _lower_prefix(parts: list[str]) -> list[str]:
+    """The leading key path that validate.py can point at (lower-case keys; env names are not)."""
+    out: list[str] = []
+    for part in parts:
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", part):
+            break
+        out.append(part)
+    return out

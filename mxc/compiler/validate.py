@@ -1,0 +1,85 @@
+"""Validate a resolved document once, against the pydantic schema, with file:line errors."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from mxc.compiler.errors import SpecError, SpecErrors, did_you_mean
+from mxc.compiler.loader import Loaded, Path
+from mxc.compiler.resolve import line_of
+from mxc.compiler.schema import JobSpec
+
+_KEYED_MESSAGE = re.compile(r"^([a-z_][a-z0-9_.]*): (.*)$", re.S)
+
+
+def validate(doc: Loaded, main_file: str) -> JobSpec:
+    try:
+        return JobSpec.model_validate(doc.data)
+    except ValidationError as exc:
+        raise SpecErrors(_to_spec_error(doc, err, main_file) for err in exc.errors()) from None
+
+
+def _to_spec_error(doc: Loaded, err: Any, main_file: str) -> SpecError:
+    loc: Path = tuple(p for p in err["loc"] if p not in ("function-after",))
+    loc = tuple("schema" if p == "schema_" else p for p in loc)
+    message: str = err["msg"]
+    suggestion = ""
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        allowed = _fields_at(loc[:-1])
+        suggestion = did_you_mean(str(loc[-1]), allowed) or f"allowed keys: {', '.join(sorted(allowed))}"
+        message = "unknown key"
+    elif kind == "missing":
+        message = "required key is missing"
+    elif kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        choices = re.findall(r"'([^']*)'", expected)
+        suggestion = did_you_mean(str(err.get("input")), choices)
+        message = f"expected one of {expected}, got {err.get('input')!r}"
+    elif kind == "string_pattern_mismatch":
+        hint = _PATTERN_HINTS.get(str(loc[-1]) if loc else "", "does not match " + err["ctx"]["pattern"])
+        message = f"{hint}, got {err.get('input')!r}"
+    elif kind == "value_error":
+        message = message.removeprefix("Value error, ")
+        keyed = _KEYED_MESSAGE.match(message)
+        if keyed:  # a model-level check names the key it is about: "image: required ..."
+            loc = (*loc, *keyed.group(1).split("."))
+            message = keyed.group(2)
+    elif "input" in err and not isinstance(err["input"], dict):
+        message = f"{_lower_first(message)}, got {err['input']!r}"
+    file, line = line_of(doc, loc)
+    return SpecError(file or main_file, line, ".".join(str(p) for p in loc), _lower_first(message), suggestion)
+
+
+_PATTERN_HINTS = {
+    "digest": "expected sha256:<64 lowercase hex digits>",
+    "commit": "expected a full 40-hex git commit (git rev-parse HEAD)",
+    "name": "expected letters, digits, '.', '_' or '-' (max 63, no spaces)",
+    "time": "expected a Slurm time: MM, HH:MM:SS or D-HH:MM:SS",
+    "mem": "expected a Slurm memory size such as 512G",
+    "maxtext_version": "expected a version such as 0.2.5",
+    "jaxlib_version": "expected a version such as 0.12.0.1",
+}
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
+
+
+def _fields_at(path: Path) -> set[str]:
+    """Names allowed at ``path``, for did-you-mean on unknown keys."""
+    model: type[BaseModel] = JobSpec
+    for part in path:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            field = next((f for f in model.model_fields.values() if f.alias == part), None)
+        annotation = getattr(field, "annotation", None)
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        nested = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if nested is None:
+            return set()
+        model = nested
+    return {f.alias or name for name, f in model.model_fields.items()}

@@ -1,0 +1,175 @@
+"""Training metrics: step, loss, step time, tokens/s, learning rate, read incrementally.
+
+Source, in order of preference:
+
+1. MaxText's ``metrics_file`` JSON lines, one file per attempt and rank
+   (``<run>/metrics/attempt-N.rank-R.jsonl``): full precision, written every step.
+2. Otherwise MaxText's TensorBoard event files (any MaxText run, also one mxc did not start).
+
+Series carry the run (a target label) and the rank, never the attempt: a restart continues
+the same series. The attempt is a value of its own (``mxc_train_attempt``), so restarts read
+as annotations on one curve. Steps recomputed after a restart count again in
+``mxc_train_step_total`` (it measures work done; ``rate()`` of it is steps per second).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from mxc.plugins.api import PluginContext
+from mxc.plugins.tail import EventFileTail, JsonlTail
+
+PART = re.compile(r"^attempt-(?P<attempt>\d+)\.rank-(?P<rank>\d+)\.jsonl$")
+LOSS = "learning/loss"
+# MaxText key -> (metric name, help)
+GAUGES: dict[str, tuple[str, str]] = {
+    LOSS: ("mxc_train_loss", "training loss of the newest logged step (MaxText learning/loss)"),
+    "perf/step_time_seconds": ("mxc_train_step_time_seconds", "wall time of the newest step (MaxText perf/step_time_seconds)"),
+    "perf/per_device_tokens_per_sec": ("mxc_train_tokens_per_second_per_device",
+                                       "tokens per second per device (MaxText perf/per_device_tokens_per_sec)"),
+    "learning/current_learning_rate": ("mxc_train_learning_rate", "learning rate of the newest step"),
+    "learning/grad_norm": ("mxc_train_grad_norm", "gradient norm after clipping (MaxText learning/grad_norm)"),
+    "perf/per_device_tflops_per_sec": ("mxc_train_tflops_per_second_per_device", "model TFLOP/s per device"),
+}
+
+
+@dataclass
+class RankState:
+    steps: int = 0  # steps logged (recomputed ones count again)
+    last_step: int | None = None
+    attempt: int | None = None
+    values: dict[str, float] = field(default_factory=dict)
+    seen_at: float | None = None  # when the newest step was written (file mtime)
+
+
+class TrainingMetricsPlugin:
+    name = "tensorboard"
+
+    def __init__(self, context: PluginContext) -> None:
+        self.run_dir = context.run_dir
+        self.ranks = context.ranks
+        self.tensorboard_dir = context.tensorboard_dir or _tensorboard_dir(context.run_dir)
+        self.jsonl: dict[Path, tuple[int, int, JsonlTail]] = {}
+        self.events: dict[Path, EventFileTail] = {}
+        self.state: dict[int, RankState] = {}
+        self.source = "none"
+
+    # ---- reading
+
+    def _metric_parts(self) -> list[tuple[int, int, Path]]:
+        if self.run_dir is None:
+            return []
+        folder = self.run_dir / "metrics"
+        try:
+            names = [p.name for p in folder.iterdir()]
+        except FileNotFoundError:
+            return []
+        found = []
+        for name in names:
+            match = PART.match(name)
+            if match and (self.ranks is None or int(match["rank"]) in self.ranks):
+                found.append((int(match["attempt"]), int(match["rank"]), folder / name))
+        return sorted(found)
+
+    def update(self) -> None:
+        """Read what was appended since the last call (the whole cost of a scrape)."""
+        parts = self._metric_parts()
+        if parts:
+            self.source = "metrics_file"
+            for attempt, rank, path in parts:
+                if path not in self.jsonl:
+                    self.jsonl[path] = (attempt, rank, JsonlTail(path))
+            for attempt, rank, tail in sorted(self.jsonl.values(), key=lambda t: (t[0], t[1])):
+                lines = tail.read_new()
+                if lines:
+                    self._apply_lines(self.state.setdefault(rank, RankState()), attempt, lines, tail.path)
+            return
+        if self.tensorboard_dir is not None and self.tensorboard_dir.is_dir():
+            self.source = "tensorboard"
+            for path in sorted(self.tensorboard_dir.rglob("events.out.tfevents.*")):
+                events = self.events.setdefault(path, EventFileTail(path))
+                self._apply_events(self.state.setdefault(0, RankState()), events)
+
+    def _apply_lines(self, state: RankState, attempt: int, lines: list[dict[str, object]], path: Path) -> None:
+        for line in lines:
+            if LOSS not in line or "step" not in line:
+                continue  # eval lines and anything else MaxText may add
+            state.steps += 1
+            state.last_step = int(float(str(line["step"])))
+            state.attempt = attempt
+            for key in GAUGES:
+                value = line.get(key)
+                if isinstance(value, (int, float)):
+                    state.values[key] = float(value)
+        state.seen_at = _mtime(path)
+
+    def _apply_events(self, state: RankState, tail: EventFileTail) -> None:
+        by_step: dict[int, dict[str, float]] = {}
+        wall: dict[int, float] = {}
+        for event in tail.read_new():
+            if event.tag in GAUGES:
+                by_step.setdefault(event.step, {})[event.tag] = event.value
+                wall[event.step] = event.wall_time
+        for step in sorted(by_step):
+            if LOSS in by_step[step]:
+                state.steps += 1
+            if state.last_step is None or step >= state.last_step:
+                state.last_step = step
+                state.values.update(by_step[step])
+                state.seen_at = wall[step]
+
+    # ---- exporting
+
+    def collect(self) -> Iterable[Metric]:
+        self.update()
+        labels = ["rank"]
+        steps = CounterMetricFamily("mxc_train_step", "training steps completed (recomputed steps after a restart count again)",
+                                    labels=labels)
+        last = GaugeMetricFamily("mxc_train_last_step", "step number of the newest logged step", labels=labels)
+        attempt = GaugeMetricFamily("mxc_train_attempt", "attempt (0 = first start) that logged the newest step", labels=labels)
+        seen = GaugeMetricFamily("mxc_train_last_step_timestamp_seconds", "when the newest step was logged (unix time)",
+                                 labels=labels)
+        gauges = {key: GaugeMetricFamily(name, doc, labels=labels) for key, (name, doc) in GAUGES.items()}
+        for rank, state in sorted(self.state.items()):
+            if state.last_step is None:
+                continue
+            label = [str(rank)]
+            steps.add_metric(label, state.steps)
+            last.add_metric(label, state.last_step)
+            if state.attempt is not None:
+                attempt.add_metric(label, state.attempt)
+            if state.seen_at is not None:
+                seen.add_metric(label, state.seen_at)
+            for key, value in state.values.items():
+                gauges[key].add_metric(label, value)
+        return [steps, last, attempt, seen, *gauges.values()]
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _tensorboard_dir(run_dir: Path | None) -> Path | None:
+    """Where MaxText writes events for an mxc run: the record says; else the default layout."""
+    if run_dir is None:
+        return None
+    try:
+        recorded = json.loads((run_dir / "record.json").read_text()).get("tensorboard")
+        if recorded:
+            return Path(recorded)
+    except (OSError, ValueError):
+        pass
+    return run_dir / "output" / run_dir.name / "tensorboard"
+
+
+def create(context: PluginContext) -> TrainingMetricsPlugin:
+    return TrainingMetricsPlugin(context)

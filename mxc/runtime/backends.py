@@ -1,0 +1,174 @@
+"""Where a bundle runs: a tiny interface, one module per backend, loaded lazily.
+
+A backend turns a ``RunRequest`` (a stored bundle, plus what the user asked) into a
+``Plan`` (the exact command and environment; printing it is ``--dry-run``, and making it
+has no side effects) and then runs that plan, returning the run's ``RunRecord``.
+``mxc run`` picks the backend from the spec's ``runtime.backend`` (``--local`` forces
+local); a new backend is a new module listed in ``BACKENDS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from mxc.errors import UserError
+from mxc.runtime.hooks import Launcher, RunObserver
+from mxc.runtime.record import RunRecord
+from mxc.runtime.rundir import RunDir, new_run_id
+from mxc.store import StoredBundle
+
+# name -> "module:class"; imported only when chosen.
+BACKENDS: dict[str, str] = {
+    "local": "mxc.runtime.local.backend:LocalBackend",
+    "slurm": "mxc.runtime.slurm.backend:SlurmBackend",
+}
+
+# Inherited variables worth recording (they change what training does); the rest of the
+# environment (secrets, terminal settings) is passed through but not written down.
+RECORDED_ENV_PREFIXES = (
+    "MXC_", "XLA_", "JAX_", "TF_", "NCCL_", "RCCL_", "NVTE_", "HSA_", "HIP_", "ROCR_", "CUDA_", "GPU_",
+    "LIBTPU", "OMP_", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "PATH",
+)
+DEFAULT_PYTHON = "python3"  # the spec schema's default for runtime.python
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A stored bundle to run and the options the user gave."""
+
+    home: Path
+    bundle: StoredBundle
+    spec: Mapping[str, Any]
+    rerun_of: str | None = None
+    quiet: bool = False
+    observers: Sequence[RunObserver] = ()
+    launcher: Launcher | None = None
+
+    @property
+    def spec_name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def total_steps(self) -> int | None:
+        steps = self.spec.get("model", {}).get("overrides", {}).get("steps")
+        return int(steps) if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+
+    @property
+    def code_commit(self) -> str | None:
+        code = self.spec.get("code", {})
+        return str(code["commit"]) if code.get("repo") and code.get("commit") else None
+
+
+@dataclass
+class Plan:
+    """What would run: the value ``--dry-run`` prints. ``env`` holds only what mxc adds."""
+
+    backend: str
+    run_dir: RunDir
+    command: list[str]
+    env: dict[str, str]
+    cwd: Path
+    unset: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def render(self) -> str:
+        lines = [f"# backend {self.backend}, run directory {self.run_dir.path}"]
+        lines += [f"# {note}" for note in self.notes]
+        parts = ["cd", shlex.quote(str(self.cwd)), "&&", "env"]
+        parts += [f"-u {shlex.quote(name)}" for name in self.unset]
+        parts += [shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items())]
+        parts += [shlex.quote(arg) for arg in self.command]
+        return "\n".join(lines) + "\n" + " ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "run_dir": str(self.run_dir.path), "run_id": self.run_dir.run_id,
+                "command": self.command, "env": self.env, "unset": self.unset, "cwd": str(self.cwd),
+                "notes": self.notes}
+
+
+class Backend(Protocol):
+    name: str
+
+    def plan(self, request: RunRequest) -> Plan:
+        """The exact command and environment, with no side effects (this is ``--dry-run``)."""
+
+    def run(self, request: RunRequest, plan: Plan) -> RunRecord:
+        """Run the plan; the returned record is final for backends that wait for the end."""
+
+
+def get_backend(name: str) -> Backend:
+    target = BACKENDS.get(name)
+    if target is None:
+        raise UserError(f"unknown backend '{name}'", "known: " + ", ".join(sorted(BACKENDS)))
+    module_name, _, attr = target.partition(":")
+    if importlib.util.find_spec(module_name) is None:
+        raise UserError(f"the {name} backend is not available in this mxc", "run it here with: mxc run --local")
+    backend: Backend = getattr(importlib.import_module(module_name), attr)()
+    return backend
+
+
+def allocate_run_dir(request: RunRequest) -> RunDir:
+    """A fresh, unused run directory path (not created: planning writes nothing)."""
+    runs = request.home / "runs"
+    while True:
+        run = RunDir(runs / new_run_id(request.bundle.hash))
+        if not run.path.exists():
+            return run
+
+
+def training_python(spec: Mapping[str, Any]) -> str:
+    """The interpreter a native run uses, as an absolute path when it can be found.
+
+    Order: ``$MXC_PYTHON``; the spec's ``runtime.python`` when it is not the default;
+    else the interpreter running mxc when it has maxtext installed (``mxc[train]``), so
+    an un-activated virtual environment still trains; else ``python3`` on PATH.
+    """
+    if os.environ.get("MXC_PYTHON"):
+        return os.environ["MXC_PYTHON"]
+    configured = str(spec.get("runtime", {}).get("python", DEFAULT_PYTHON))
+    if configured == DEFAULT_PYTHON and importlib.util.find_spec("maxtext") is not None:
+        return sys.executable
+    return shutil.which(configured) or configured
+
+
+def recorded_environment(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in sorted(env.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
+
+
+def extensions(spec: Mapping[str, Any]) -> tuple[Launcher | None, list[RunObserver]]:
+    """What plugs into a supervised run: observability (Ray launcher, exporter, Prometheus,
+    hang watchdog) when the spec enables it, and alerts when it has a ``notify`` section."""
+    from mxc.runtime import notify
+
+    launcher: Launcher | None = None
+    observers: list[RunObserver] = []
+    if spec.get("observability", {}).get("enabled"):
+        from mxc.runtime.observe import observer as observe
+
+        launcher, found = observe.extensions(spec)
+        observers += found
+    return launcher, [*observers, *notify.observers(spec)]
+
+
+def exit_code(record: RunRecord) -> int:
+    """What ``mxc run`` exits with: 0, the training's own exit code, or 128+signal when cancelled."""
+    if record.status in ("succeeded", "submitted", "queued", "running", "starting"):
+        return 0
+    code = record.exit_code
+    if record.status == "cancelled":
+        signame = (record.model_extra or {}).get("cancelled_by", "SIGINT")
+        return {"SIGTERM": 143, "SIGHUP": 129}.get(signame, 130)
+    if code is None or code == 0:
+        return 1
+    if code < 0:
+        return 128 + (-code)
+    return min(code, 255)

@@ -1,0 +1,1 @@
+"""Running on this machine: the supervisor (restarts), its launcher and progress."""

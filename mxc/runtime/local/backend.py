@@ -1,0 +1,127 @@
+"""The local backend: run a bundle's entrypoint on this machine under the supervisor.
+
+Planning only computes paths and variables. Running materialises pinned code, creates the
+run directory with a first record, gathers host facts (in a thread, so they cost no time
+before the first step) and hands over to the supervisor, which returns the final record.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from mxc.runtime.backends import Plan, RunRequest, allocate_run_dir, extensions, recorded_environment, training_python
+from mxc.runtime.local.launcher import LocalLauncher
+from mxc.runtime.local.progress import ProgressBar
+from mxc.runtime.local.supervisor import Supervisor, SupervisorConfig
+from mxc.runtime.provenance import codepin, hostfacts
+from mxc.runtime.record import RunRecord, now_iso
+
+# A local run is one process on this machine, even inside a Slurm allocation: the
+# entrypoint would otherwise read the allocation's task count and rank.
+UNSET_PREFIXES = ("SLURM_", "SBATCH_")
+
+
+class LocalBackend:
+    name = "local"
+
+    def plan(self, request: RunRequest) -> Plan:
+        spec = request.spec
+        nodes = int(spec.get("resources", {}).get("nodes", 1))
+        if nodes > 1:
+            from mxc.errors import UserError
+
+            raise UserError(f"bundle {request.bundle.hash[:12]} asks for {nodes} nodes; the local backend runs one",
+                            "run it on Slurm: mxc run without --local")
+        run = allocate_run_dir(request)
+        container = spec.get("runtime", {}).get("container", "native")
+        env = {
+            "MXC_RUN_DIR": str(run.path),
+            "MXC_BUNDLE_DIR": str(request.bundle.path),
+            "MXC_ATTEMPT": "0",
+            "MXC_JAX_CACHE": os.environ.get("MXC_JAX_CACHE") or str(request.home / "cache" / "jax"),
+        }
+        notes = []
+        if container == "native":
+            env["MXC_PYTHON"] = training_python(spec)
+        if request.code_commit:
+            code_dir = codepin.store_dir(request.home, request.code_commit)
+            env["MXC_CODE_DIR"] = str(code_dir)
+            if not code_dir.exists():
+                notes.append(f"code commit {request.code_commit[:12]} will be exported to {code_dir} first")
+        notes.append("MXC_ATTEMPT counts up on each automatic restart "
+                     f"(restart.max {spec.get('restart', {}).get('max', 0)})")
+        unset = sorted(k for k in os.environ if k.startswith(UNSET_PREFIXES))
+        return Plan("local", run, ["bash", str(request.bundle.path / "entrypoint.sh")], env, run.path,
+                    unset=unset, notes=notes)
+
+    def run(self, request: RunRequest, plan: Plan) -> RunRecord:
+        spec = request.spec
+        code = None
+        if request.code_commit:
+            code = codepin.materialise(request.home, str(spec["code"]["repo"]), request.code_commit).as_record()
+        run = plan.run_dir
+        run.path.mkdir(parents=True)
+        env = {k: v for k, v in os.environ.items() if k not in plan.unset}
+        env.update(plan.env)
+        record = RunRecord(
+            run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend="local",
+            status="starting", started=now_iso(), command=plan.command, environment=recorded_environment(env),
+            code=hostfacts.code_facts(spec, {}, code), rerun_of=request.rerun_of,
+            image=hostfacts.image_facts(spec, {}, hostfacts.lockfile_digest(request.bundle.path)),
+        )
+        record.supervisor = {"pid": os.getpid(), "host": os.uname().nodename}
+        record.tensorboard = str(_checkpoint_root(spec, run.path) / run.run_id / "tensorboard" / run.run_id)
+        record.save(run.record)
+
+        try:
+            return self._supervise(request, plan, record, env, code)
+        except BaseException as exc:  # the supervisor closes its own record; this covers the set-up before it
+            if not record.final:
+                record.status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
+                record.final, record.ended = True, now_iso()
+                record.message = f"could not set up the run: {type(exc).__name__}: {exc}"
+                record.save(run.record)
+            raise
+
+    def _supervise(self, request: RunRequest, plan: Plan, record: RunRecord, env: dict[str, str],
+                   code: dict[str, Any] | None) -> RunRecord:
+        spec, run, python = request.spec, plan.run_dir, plan.env.get("MXC_PYTHON")
+        # Host facts cost a Python start and a package scan: gather them once training has
+        # taken its first step, so they never compete with its start-up (time to first step).
+        facts: dict[str, Any] = {}
+        gather = threading.Thread(target=lambda: facts.update(hostfacts.collect(python)), daemon=True)
+
+        def start_gathering(_events: object = None) -> None:
+            if not gather.is_alive() and not facts and gather.ident is None:
+                gather.start()
+
+        def with_facts(rec: RunRecord) -> None:
+            """Put host facts into the record on the first write after they are known (at the latest, the final one)."""
+            if rec.final:
+                start_gathering()
+                gather.join(timeout=60)
+            if facts and not rec.host:
+                rec.host = dict(facts)
+                rec.image = hostfacts.image_facts(spec, facts, rec.image.get("lockfile"))
+                rec.code = hostfacts.code_facts(spec, facts, code)
+
+        launcher, observers = extensions(spec)
+        progress = None if request.quiet else ProgressBar(request.total_steps, sys.stderr)
+        config = SupervisorConfig(
+            argv=plan.command, env=env, cwd=plan.cwd,
+            max_restarts=int(spec.get("restart", {}).get("max", 0)), total_steps=request.total_steps,
+            checkpoints=_checkpoint_root(spec, run.path) / run.run_id / "checkpoints",
+            before_save=with_facts, on_steps=start_gathering,
+        )
+        supervisor = Supervisor(run, record, config, launcher or LocalLauncher(), [*request.observers, *observers],
+                                progress)
+        return supervisor.run_to_end()
+
+
+def _checkpoint_root(spec: Any, run_path: Path) -> Path:
+    configured = spec.get("checkpoint", {}).get("dir")
+    return Path(configured) if configured else run_path / "output"

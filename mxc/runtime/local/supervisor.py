@@ -1,0 +1,281 @@
+"""The restart loop around one run's training process.
+
+Starts the bundle's ``entrypoint.sh`` through a ``Launcher`` (attempt 0), follows its log
+for progress, and when training dies (non-zero exit or a signal) starts it again, up to
+``restart.max`` times. MaxText resumes by itself from the newest finished checkpoint in
+the run's output directory (same ``run_name`` and ``base_output_directory``), so a restart
+is simply the same command with ``MXC_ATTEMPT`` incremented; the per-attempt metrics files
+are merged afterwards (``metrics_merge``).
+
+An attempt that fails without completing a single step and was not killed by a signal is
+not restarted: a bad config, a failed preflight or a missing image fails the same way
+every time. Ctrl-C, SIGTERM or SIGHUP stop the run: SIGTERM to the attempt's process
+group, SIGKILL after a grace period (or at once on a second Ctrl-C); the record says
+``cancelled``. Every state change rewrites ``record.json`` atomically; the last write
+sets ``final``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from mxc.runtime.hooks import Launcher, RunObserver, TrainingProcess
+from mxc.runtime.local.progress import ProgressBar
+from mxc.runtime.metrics_merge import write_merged
+from mxc.runtime.record import Attempt, RunRecord, now_iso
+from mxc.runtime.rundir import RunDir
+from mxc.runtime.trainlog import LogFollower, StepEvent
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FATAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT,
+                           signal.SIGILL, signal.SIGFPE, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
+                           signal.SIGUSR2, signal.SIGQUIT, signal.SIGPIPE})
+
+
+def signal_of(exit_code: int) -> str | None:
+    """The signal that ended a process: negative codes (killed directly) or 128+N from a shell."""
+    number = -exit_code if exit_code < 0 else exit_code - 128 if exit_code > 128 else 0
+    if number and number in {s.value for s in FATAL_SIGNALS}:
+        return signal.Signals(number).name
+    return None
+
+
+def latest_checkpoint(checkpoints: Path) -> int | None:
+    """The newest finished MaxText (orbax) checkpoint step; unfinished saves have a suffix."""
+    try:
+        steps = [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and p.is_dir()]
+    except FileNotFoundError:
+        return None
+    return max(steps) if steps else None
+
+
+@dataclass
+class SupervisorConfig:
+    argv: list[str]
+    env: dict[str, str]  # complete environment of the training process, MXC_ATTEMPT excepted
+    cwd: Path
+    max_restarts: int
+    total_steps: int | None
+    checkpoints: Path  # <base_output_directory>/<run_name>/checkpoints
+    grace_seconds: float = 30.0
+    poll_seconds: float = 0.1
+    before_save: Callable[[RunRecord], None] | None = None  # may add facts to the record before each write
+    on_steps: Callable[[list[StepEvent]], None] | None = None  # new completed steps, as they are logged
+
+
+@dataclass
+class Supervisor:
+    run: RunDir
+    record: RunRecord
+    config: SupervisorConfig
+    launcher: Launcher
+    observers: Sequence[RunObserver] = ()
+    progress: ProgressBar | None = None
+    _stop_signal: int | None = field(default=None, init=False)
+    _stop_count: int = field(default=0, init=False)
+    _process: TrainingProcess | None = field(default=None, init=False)
+
+    # ---- public
+
+    def run_to_end(self) -> RunRecord:
+        """Run attempts until success, failure past restart.max, or cancellation; returns the final record."""
+        follower = LogFollower(self.run.log)
+        with self._stop_handlers():
+            try:
+                self._set(status="running")
+                self._notify("on_start")
+                attempt = 0
+                while True:
+                    if self._stop_signal is not None:
+                        self._finish("cancelled", None, f"cancelled by {signal.Signals(self._stop_signal).name}")
+                        break
+                    code = self._attempt(attempt, follower)
+                    if self._stop_signal is not None:
+                        self._finish("cancelled", code, f"cancelled by {signal.Signals(self._stop_signal).name}")
+                        break
+                    if code == 0:
+                        self._finish("succeeded", 0, None)
+                        break
+                    reason = self._no_restart_reason(code, follower)
+                    if reason:
+                        self._finish("failed", code, reason)
+                        break
+                    attempt += 1
+                    self.record.restarts = attempt
+                    self._save()
+            except BaseException as exc:
+                self._kill_now()
+                if not self.record.final:
+                    status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
+                    self._finish(status, self.record.exit_code, f"mxc supervisor: {type(exc).__name__}: {exc}")
+                raise
+            finally:
+                self.launcher.close()
+                if self.progress:
+                    self.progress.close()
+        return self.record
+
+    # ---- one attempt
+
+    def _attempt(self, number: int, follower: LogFollower) -> int:
+        resume = latest_checkpoint(self.config.checkpoints)
+        attempt = Attempt(number=number, started=now_iso(), resumed_from_step=resume)
+        self.record.attempts.append(attempt)
+        self._save()
+        how = f"resuming from checkpoint {resume}" if resume is not None and number else "fresh start"
+        self._log_line(f"[mxc] attempt {number}: start ({how}) at {attempt.started}")
+        if self.progress:
+            self.progress.set_status("starting" if number == 0 else f"restarting from checkpoint {resume}", number)
+        follower.start_at_end()
+        follower.reset_attempt()
+        env = {**self.config.env, "MXC_ATTEMPT": str(number)}
+        process = self.launcher.start(self.config.argv, env, self.config.cwd, self.run.log)
+        self._process = process
+        self._notify("on_attempt", process)
+        code = self._watch(process, follower)
+        self._process = None
+        attempt.ended = now_iso()
+        attempt.exit_code = code
+        attempt.signal = signal_of(code)
+        attempt.last_step = follower.last_step.step if follower.last_step and follower.steps_seen else None
+        if follower.restored_step is not None:
+            attempt.resumed_from_step = follower.restored_step
+        attempt.reason = None if code == 0 else f"exit {code}" + (f" ({attempt.signal})" if attempt.signal else "")
+        self._merge_metrics()
+        self._log_line(f"[mxc] attempt {number}: exit {code}" + (f" ({attempt.signal})" if attempt.signal else ""))
+        self._save()
+        self._notify("on_attempt_end", code)
+        return code
+
+    def _watch(self, process: TrainingProcess, follower: LogFollower) -> int:
+        term_sent_at: float | None = None
+        killed = False
+        while True:
+            code = process.poll()
+            events = follower.poll()
+            if code is not None:
+                events += follower.poll()
+            if events:
+                if self.progress:
+                    self.progress.update(events)
+                if self.config.on_steps:
+                    self.config.on_steps(events)
+            if code is not None:
+                return code
+            if self._stop_signal is not None:
+                now = time.monotonic()
+                if term_sent_at is None:
+                    process.send_signal(signal.SIGTERM)
+                    term_sent_at = now
+                    if self.progress:
+                        self.progress.set_status("stopping")
+                elif not killed and (self._stop_count > 1 or now - term_sent_at > self.config.grace_seconds):
+                    process.send_signal(signal.SIGKILL)
+                    killed = True
+            time.sleep(self.config.poll_seconds)
+
+    def _no_restart_reason(self, code: int, follower: LogFollower) -> str | None:
+        sig = signal_of(code)
+        what = f"training exited with {code}" + (f" ({sig})" if sig else "")
+        why = None if sig else follower.failure_reason()
+        because = f": {why}" if why else ""
+        if self.record.restarts >= self.config.max_restarts:
+            limit = self.config.max_restarts
+            return what + (f" and restart.max ({limit}) is reached" if limit else "") + because
+        if not follower.steps_seen and sig is None:
+            return what + " before completing a step; not restarting, it would fail the same way" + because
+        last = latest_checkpoint(self.config.checkpoints)
+        total = self.config.total_steps
+        if total is not None and last is not None and last >= total - 1:
+            return what + f" after its final checkpoint (step {last}); nothing is left to resume"
+        return None
+
+    # ---- record, log, observers
+
+    def _finish(self, status: str, code: int | None, message: str | None) -> None:
+        self._merge_metrics()
+        last = self.record.attempts[-1] if self.record.attempts else None
+        if status == "failed" and last is not None and (last.model_extra or {}).get("hung"):
+            status = "hung"  # the hang watchdog (mxc.runtime.observe.observer) killed the last attempt
+            why = (last.reason or "").removeprefix("hung: ")
+            message = f"{why}; {message}" if message else why
+        self.record.status = status  # type: ignore[assignment]
+        self.record.exit_code = code
+        self.record.message = message
+        if status == "cancelled" and self._stop_signal is not None:
+            self.record.cancelled_by = signal.Signals(self._stop_signal).name  # type: ignore[attr-defined]
+        self.record.ended = now_iso()
+        self.record.final = True
+        self._log_line(f"[mxc] run {status}" + (f": {message}" if message else ""))
+        self._save()
+        self._notify("on_end")
+
+    def _set(self, **changes: Any) -> None:
+        for key, value in changes.items():
+            setattr(self.record, key, value)
+        self._save()
+
+    def _save(self) -> None:
+        if self.config.before_save:
+            self.config.before_save(self.record)
+        self.record.save(self.run.record)
+
+    def _merge_metrics(self) -> None:
+        result = write_merged(self.run.metrics_parts, self.run.metrics)
+        if result.steps:
+            self.record.steps = result.steps
+            self.record.last_loss = result.last_loss
+
+    def _log_line(self, text: str) -> None:
+        with open(self.run.log, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+
+    def _notify(self, hook: str, *extra: Any) -> None:
+        for observer in self.observers:
+            try:
+                if hook == "on_attempt_end":
+                    observer.on_attempt_end(self.run, self.record, extra[0])
+                else:
+                    getattr(observer, hook)(self.run, self.record, *extra)
+            except Exception as exc:  # observers must never fail the run
+                print(f"mxc: warning: {type(observer).__name__}.{hook} failed: {exc}", file=sys.stderr)
+
+    # ---- signals
+
+    @contextlib.contextmanager
+    def _stop_handlers(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self._stop_count += 1
+            if self._stop_signal is None:
+                self._stop_signal = signum
+            if self._stop_count > 1 and self._process is not None:
+                self._process.send_signal(signal.SIGKILL)
+
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, handler)
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+    def _kill_now(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                self._process.wait(timeout=10)
+

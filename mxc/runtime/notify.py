@@ -1,0 +1,323 @@
+"""Chat alerts for a run: start, finish, failure, hang and restart, posted to a webhook.
+
+Formats: Slack and Mattermost incoming webhooks (JSON ``{"text": ...}`` to the webhook URL)
+and the Telegram Bot API (``sendMessage`` with the bot token in the URL path). The webhook
+URL or bot token is a secret: the spec only names the environment variable or file holding
+it (``notify.secret_env`` / ``notify.secret_file``), it is read when an alert is sent, and it
+never reaches a bundle, the record or a log (error messages are redacted before they are
+logged). A failed alert never fails the run: every send has a timeout, and errors end up in
+``notify.log`` in the run directory.
+
+Local runs send through ``NotifyObserver`` (a ``RunObserver`` of the supervisor). Runs that no
+mxc process follows (Slurm) can call ``notify_transition`` whenever their record is refreshed;
+``notify.sent`` in the run directory makes each event go out once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mxc.runtime.hooks import TrainingProcess
+from mxc.runtime.record import RunRecord, parse_time
+from mxc.runtime.rundir import RunDir
+
+EVENTS = ("start", "finish", "failure", "hang", "restart")
+NOTIFY_LOG = "notify.log"
+SENT = "notify.sent"
+MAX_TEXT = 3500  # Telegram allows 4096 characters; Slack and Mattermost more
+
+
+class SecretMissing(Exception):
+    """The variable or file the spec names is not there (the message never holds the secret)."""
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    format: str
+    secret_env: str | None = None
+    secret_file: str | None = None
+    chat_id: str | None = None
+    api_url: str = "https://api.telegram.org"
+    events: tuple[str, ...] = EVENTS
+    timeout: float = 5.0
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> NotifyConfig | None:
+        """The spec's ``notify`` section (spec.json of a bundle), or None when it has none."""
+        section = spec.get("notify")
+        if not section:
+            return None
+        return cls(
+            format=str(section["format"]), secret_env=section.get("secret_env"), secret_file=section.get("secret_file"),
+            chat_id=None if section.get("chat_id") is None else str(section["chat_id"]),
+            api_url=str(section.get("api_url") or "https://api.telegram.org").rstrip("/"),
+            events=tuple(section.get("events") or EVENTS), timeout=float(section.get("timeout", 5.0)),
+        )
+
+    def where(self) -> str:
+        """Where the secret comes from, for messages (never the secret)."""
+        return f"${self.secret_env}" if self.secret_env else f"file {self.secret_file}"
+
+
+@dataclass(frozen=True)
+class SendResult:
+    ok: bool
+    status: int | None = None
+    error: str | None = None
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"sent (HTTP {self.status})"
+        return f"failed: {self.error}" + (f" (HTTP {self.status})" if self.status else "")
+
+
+def read_secret(config: NotifyConfig, env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    if config.secret_env:
+        value = env.get(config.secret_env, "").strip()
+        if not value:
+            raise SecretMissing(f"environment variable {config.secret_env} (notify.secret_env) is not set")
+        return value
+    assert config.secret_file
+    path = Path(config.secret_file).expanduser()
+    try:
+        value = path.read_text("utf-8").strip()
+    except OSError as exc:
+        raise SecretMissing(f"cannot read {path} (notify.secret_file): {exc.strerror or exc}") from None
+    if not value:
+        raise SecretMissing(f"{path} (notify.secret_file) is empty")
+    return value
+
+
+def redact(text: str, secret: str) -> str:
+    """The text with the secret (and its URL-quoted forms) replaced by ***."""
+    if not secret:
+        return text
+    for form in {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret, safe="/:")}:
+        text = text.replace(form, "***")
+    return text
+
+
+def build_request(config: NotifyConfig, secret: str, text: str) -> tuple[str, bytes]:
+    """(URL, JSON body) for one message in the configured format."""
+    text = text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
+    if config.format == "telegram":
+        url = f"{config.api_url}/bot{secret}/sendMessage"
+        body: dict[str, Any] = {"chat_id": config.chat_id, "text": text, "disable_web_page_preview": True}
+    elif config.format == "mattermost":
+        url, body = secret, {"text": text, "username": "mxc"}
+    else:
+        url, body = secret, {"text": text}
+    if not url.startswith(("https://", "http://")):
+        raise ValueError(f"the secret in {config.where()} is not an http(s) URL" if config.format != "telegram"
+                         else f"notify.api_url {config.api_url!r} is not an http(s) URL")
+    return url, json.dumps(body).encode("utf-8")
+
+
+def send(config: NotifyConfig, text: str, env: Mapping[str, str] | None = None) -> SendResult:
+    """Post one message. Never raises: every problem is a ``SendResult`` with a redacted error."""
+    secret = ""
+    try:
+        secret = read_secret(config, env)
+        url, body = build_request(config, secret, text)
+        request = urllib.request.Request(url, data=body, method="POST",
+                                         headers={"Content-Type": "application/json", "User-Agent": "mxc-notify"})
+        with urllib.request.urlopen(request, timeout=config.timeout) as response:
+            status = int(response.status)
+            reply = response.read(65536).decode("utf-8", "replace")
+        if config.format == "telegram":
+            try:
+                data = json.loads(reply)
+            except ValueError:
+                data = {}
+            if isinstance(data, dict) and data.get("ok") is False:
+                return SendResult(False, status, redact(str(data.get("description", "Telegram refused the message")), secret))
+        return SendResult(True, status)
+    except SecretMissing as exc:
+        return SendResult(False, None, str(exc))
+    except urllib.error.HTTPError as exc:
+        detail = exc.read(2048).decode("utf-8", "replace").strip()[:300] if exc.fp else ""
+        return SendResult(False, exc.code, redact(f"{exc.reason}" + (f": {detail}" if detail else ""), secret))
+    except (urllib.error.URLError, OSError, ValueError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return SendResult(False, None, redact(f"{type(exc).__name__}: {reason}", secret))
+    except Exception as exc:  # an alert must never fail the run
+        return SendResult(False, None, redact(f"{type(exc).__name__}: {exc}", secret))
+
+
+# ---- messages
+
+
+def _duration(record: RunRecord) -> str:
+    start, end = parse_time(record.started), parse_time(record.ended) if record.ended else datetime.now(UTC)
+    if start is None or end is None:
+        return ""
+    seconds = int((end - start).total_seconds())
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _triage_line(run: RunDir, record: RunRecord) -> str:
+    """One line from `mxc triage` for failure alerts (best effort: never fails the alert)."""
+    try:
+        from mxc.runtime.triage import classify
+
+        verdict = classify(run.path, record)
+    except Exception:
+        return ""
+    if verdict.cause in ("none", "unknown"):
+        return ""
+    where = f" on rank {verdict.rank}" if verdict.rank is not None else ""
+    where += f" ({verdict.node})" if verdict.node else ""
+    first = f"\nfirst error: {verdict.first_error.text[:300]}" if verdict.first_error else ""
+    return f"\ncause: {verdict.title}{where}{first}"
+
+
+def message(event: str, run: RunDir, record: RunRecord) -> str:
+    host = os.uname().nodename
+    name = f"run {record.run_id} ({record.spec_name})"
+    if event == "start":
+        return f"mxc: {name} started on {record.backend} ({host}), bundle {record.bundle[:12]}"
+    steps = f", {record.steps} steps" if record.steps is not None else ""
+    loss = f", last loss {record.last_loss:.4f}" if record.last_loss is not None else ""
+    took = _duration(record)
+    if event == "finish":
+        return f"mxc: {name} succeeded{steps}{loss} in {took}"
+    if event == "restart":
+        attempts = record.attempts
+        last = attempts[-1] if attempts else None
+        before = attempts[-2] if len(attempts) > 1 else None
+        why = f" after {before.reason}" if before and before.reason else ""
+        resume = f", resuming from checkpoint {last.resumed_from_step}" if last and last.resumed_from_step is not None else ""
+        return f"mxc: {name} restarting (restart {record.restarts}){why}{resume}"
+    code = f" (exit {record.exit_code})" if record.exit_code not in (None, 0) else ""
+    what = "hung" if event == "hang" else record.status
+    text = f"mxc: {name} {what}{code}{steps}{loss} after {took}"
+    if record.message:
+        text += f"\n{record.message}"
+    return text + _triage_line(run, record)
+
+
+def hung_attempt(run: RunDir, number: int, tail: int = 1 << 16) -> bool:
+    """Whether the hang watchdog (mxc/runtime/observe/hang.py) declared attempt ``number`` hung: its log line."""
+    try:
+        with open(run.log, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - tail))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return f"[mxc] attempt {number}: no training step for " in text
+
+
+def end_event(record: RunRecord) -> str:
+    if record.status == "succeeded":
+        return "finish"
+    return "hang" if record.status == "hung" else "failure"
+
+
+# ---- delivery with a log and once-only bookkeeping
+
+
+def _log(run: RunDir, line: str) -> None:
+    stamp = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    try:
+        with open(run.path / NOTIFY_LOG, "a", encoding="utf-8") as fh:
+            fh.write(f"{stamp} {line}\n")
+    except OSError:
+        pass
+
+
+def _claim(run: RunDir, key: str) -> bool:
+    """True the first time ``key`` is claimed for this run (O_APPEND lines; one writer at a time is enough)."""
+    path = run.path / SENT
+    try:
+        if key in path.read_text("utf-8").split():
+            return False
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return True
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(key + "\n")
+    except OSError:
+        pass
+    return True
+
+
+def deliver(config: NotifyConfig, event: str, run: RunDir, record: RunRecord, key: str | None = None,
+            env: Mapping[str, str] | None = None) -> SendResult | None:
+    """Send ``event`` if the spec asks for it and it was not sent before; log the outcome."""
+    if event not in config.events:
+        return None
+    if not _claim(run, key or event):
+        return None
+    try:
+        text = message(event, run, record)
+    except Exception as exc:
+        text = f"mxc: run {record.run_id} {event} ({type(exc).__name__} while composing the message)"
+    result = send(config, text, env)
+    _log(run, f"{event}: {config.format} via {config.where()}: {result}")
+    return result
+
+
+class NotifyObserver:
+    """A ``RunObserver`` for the local supervisor: alerts at start, restart and end."""
+
+    def __init__(self, config: NotifyConfig, env: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self.env = dict(os.environ if env is None else env)
+
+    def on_start(self, run: RunDir, record: RunRecord) -> None:
+        deliver(self.config, "start", run, record, env=self.env)
+
+    def on_attempt(self, run: RunDir, record: RunRecord, process: TrainingProcess) -> None:
+        number = record.attempts[-1].number if record.attempts else 0
+        if number > 0:
+            deliver(self.config, "restart", run, record, key=f"restart:{number}", env=self.env)
+
+    def on_attempt_end(self, run: RunDir, record: RunRecord, exit_code: int) -> None:
+        """A hang alert when the hang watchdog killed this attempt (other failures are alerted by
+        the restart that follows, or at the end)."""
+        number = record.attempts[-1].number if record.attempts else 0
+        if exit_code != 0 and hung_attempt(run, number):
+            deliver(self.config, "hang", run, record, key=f"hang:{number}", env=self.env)
+
+    def on_end(self, run: RunDir, record: RunRecord) -> None:
+        deliver(self.config, end_event(record), run, record, key="end", env=self.env)
+
+
+def observers(spec: Mapping[str, Any]) -> list[NotifyObserver]:
+    """The observers a run of ``spec`` needs: one when the spec has a ``notify`` section."""
+    config = NotifyConfig.from_spec(spec)
+    return [NotifyObserver(config)] if config else []
+
+
+def notify_transition(spec: Mapping[str, Any], run: RunDir, before: RunRecord | None, after: RunRecord) -> None:
+    """For runs no mxc process follows (Slurm): alert on what changed between two reads of the record."""
+    config = NotifyConfig.from_spec(spec)
+    if config is None:
+        return
+    if after.status in ("running", "succeeded", "failed", "hung") and (before is None or before.status in
+                                                                        ("submitted", "queued", "starting")):
+        deliver(config, "start", run, after)
+    if before is not None and after.restarts > before.restarts:
+        deliver(config, "restart", run, after, key=f"restart:{after.restarts}")
+    if after.final and (before is None or not before.final):
+        deliver(config, end_event(after), run, after, key="end")
+
+
+def probe_message(spec: Mapping[str, Any], config: NotifyConfig) -> str:
+    """The text `mxc notify test` sends."""
+    return (f"mxc: test alert for spec {spec.get('name')} from {socket.gethostname()} "
+            f"({datetime.now(UTC).isoformat(timespec='seconds')}); alerts go out on: {', '.join(config.events)}")

@@ -1,0 +1,1 @@
+"""Observability: exporter and plugins host, Prometheus, TSDB reads, hang watchdog, Ray."""

@@ -1,0 +1,252 @@
+"""Observability on the nodes of a Slurm job: one exporter per node, the run's Prometheus on the first.
+
+On the local backend the supervisor's ``Observability`` observer starts everything. A Slurm
+job has no supervisor on the nodes, so ``entrypoint.sh`` starts this module in the background
+on every node before training (``job.sbatch`` sets ``MXC_OBSERVE_NODES=1`` when the spec has
+observability on) and sends it SIGTERM when training ends:
+
+* every node serves its exporter (this rank's metrics file, host and GPU plugins) and writes
+  its file_sd target into ``<run>/prometheus/targets/exporter-<node>.json``;
+* the nodes form the job's Ray cluster: the head on node rank 0 (its address and the run's
+  token in ``observability/ray-cluster.json``, mode 0600, removed at the end), every other
+  node joins it; each node's Ray metrics become a Prometheus target, and ``entrypoint.sh``
+  runs the rank's training as a subprocess of a Ray actor on its node
+  (``mxc.runtime.observe.ray_node_launch``);
+* node rank 0 also runs Prometheus on the run's TSDB (``<run>/prometheus/data``, a shared
+  file system on a cluster), so ``mxc metrics`` / ``mxc report`` / ``mxc dashboard`` read a
+  Slurm run exactly like a local one; a requeued job reopens the same TSDB;
+* every node watches its rank for a hang: no new step in its metrics file for
+  ``observability.hang_timeout`` seconds after the first one. It then writes the hang into the
+  rank's log and events, dumps the trainer's Python stacks into ``<run>/stacks/`` and kills the
+  trainer; ``srun --kill-on-bad-exit`` ends the step everywhere and ``job.sbatch`` requeues
+  (bounded by ``restart.max``), resuming from the last checkpoint;
+* on SIGTERM, rank 0 waits (bounded) for one scrape after the end of training, then all stop.
+
+Each node writes ``<run>/observability/node-<node>.json`` (ports, URLs, errors), which the
+submitting side folds into ``record.observability``. Like the local observer it never fails
+the training: whatever cannot start is recorded and training goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mxc.fsutil import write_atomic, write_json_atomic
+from mxc.runtime.observe.hang import HangWatchdog, dump_pids
+from mxc.runtime.observe.observer import Observability, observability_dir
+from mxc.runtime.observe.prometheus import write_targets
+from mxc.runtime.observe.ray_launcher import HEAD_TIMEOUT, RayHead
+from mxc.runtime.observe.ray_node_launch import CLUSTER_FILE, NODE_FILE
+from mxc.runtime.rundir import RunDir
+from mxc.runtime.slurm.events import NODE_STATUS
+
+TRAINER = b"maxtext.trainers.pre_train.train"
+SIOCGIFADDR = 0x8915
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m mxc.runtime.observe.node_observer", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run-dir", type=Path, required=True)
+    p.add_argument("--bundle-dir", type=Path, required=True)
+    p.add_argument("--node", required=True, help="this node's name (labels its series)")
+    p.add_argument("--rank", type=int, required=True, help="the training rank on this node")
+    p.add_argument("--attempt", type=int, default=0, help="the job's restart count (MXC_ATTEMPT)")
+    p.add_argument("--head", action="store_true", help="node rank 0: the Ray head, and Prometheus on the run's TSDB")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    run = RunDir(args.run_dir)
+    spec: dict[str, Any] = json.loads((args.bundle_dir / "spec.json").read_text())
+    observer = Observability(spec, bundle_dir=args.bundle_dir)
+    observer.node = args.node
+    observer.exporter_args = ["--rank", str(args.rank)]
+    obs_dir = observability_dir(run)
+    obs_dir.mkdir(parents=True, exist_ok=True)
+    status = obs_dir / NODE_STATUS.format(node=args.node)
+    stop = _stop_requested()
+    observer.info = {"node": args.node, "rank": args.rank, "scrape_interval": observer.settings["scrape_interval"],
+                     "errors": observer.errors}
+    ray_node: RayHead | None = None
+    try:  # Ray starts in this thread (its processes die with it); the head while the rest comes up
+        if args.head:
+            ray_node = launch_ray(run, args.node, cluster=None)
+    except Exception as exc:
+        _ray_failed(run, args, observer, exc)
+    observer.start_services(run, args.bundle_dir, f"exporter-{args.node}", with_prometheus=args.head)
+    try:
+        if not args.head:
+            cluster = _wait_json(observability_dir(run) / CLUSTER_FILE.format(attempt=args.attempt), HEAD_TIMEOUT,
+                                 "the Ray head of node rank 0")
+            ray_node = launch_ray(run, args.node, cluster)
+        if ray_node is not None:
+            ray_ready(run, args.node, args.attempt, ray_node)
+            observer.info["ray"] = {"address": ray_node.address, "metrics_port": ray_node.metrics_port,
+                                    "pid": ray_node.process.pid if ray_node.process else None, "head": args.head}
+    except Exception as exc:
+        _ray_failed(run, args, observer, exc)
+    metrics = run.metrics_parts / f"attempt-{args.attempt}.rank-{args.rank}.jsonl"
+    watchdog = HangWatchdog(lambda: _size(metrics), observer.settings["hang_timeout"],
+                            lambda idle: _hung(run, args, observer.settings["hang_timeout"], idle)).start()
+    write_json_atomic(status, observer.info)
+    while not stop():
+        time.sleep(0.2)
+    watchdog.stop()
+    if args.head and observer.prometheus is not None and observer.exporter is not None:
+        observer.wait_for_scrape_after(time.time())
+    observer.stop()
+    if ray_node is not None:
+        stop_ray(run, args.node, args.attempt, ray_node)
+    write_json_atomic(status, {**observer.info, "ended": time.time()})
+    return 0
+
+
+def _ray_failed(run: RunDir, args: argparse.Namespace, observer: Observability, exc: Exception) -> None:
+    """Recorded, and said to this rank's training wrapper, which then runs training without Ray."""
+    observer._error(f"ray: {exc}")
+    obs_dir = observability_dir(run)
+    write_json_atomic(obs_dir / NODE_FILE.format(node=args.node, attempt=args.attempt), {"error": str(exc)})
+    if args.head:  # the other nodes stop waiting for a head that will not come
+        write_json_atomic(obs_dir / CLUSTER_FILE.format(attempt=args.attempt), {"error": str(exc)})
+
+
+def launch_ray(run: RunDir, node: str, cluster: dict[str, Any] | None) -> RayHead:
+    """Start this node's part of the job's Ray cluster: the head, or a node joining ``cluster``."""
+    temp = Path(tempfile.mkdtemp(prefix="mxc-ray-", dir="/tmp"))  # unix sockets: keep the path short
+    # A Ray cluster spanning nodes cannot live on loopback: it listens on the nodes' network address.
+    bind = node_address(os.environ.get("MXC_NET_IFACE", ""))
+    log = run.path / "ray" / f"{node}.log"
+    if cluster is None:
+        ray_node = RayHead(temp_dir=temp, log_path=log, bind=bind, multi_node=True)
+    else:
+        ray_node = RayHead(temp_dir=temp, log_path=log, bind=bind, join=cluster["address"], token=cluster["token"],
+                           multi_node=True)
+    ray_node.launch()
+    return ray_node
+
+
+def node_address(interface: str) -> str:
+    """IPv4 address of the interface entrypoint.sh chose for NCCL/Gloo (MXC_NET_IFACE); without
+    one (or loopback), the address this node would reach other hosts from."""
+    if interface and interface != "lo":
+        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            packed = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, struct.pack("256s", interface[:15].encode()))
+            return socket.inet_ntoa(packed[20:24])
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("10.255.255.255", 1))  # UDP: no packet is sent, the kernel only picks a route
+        address: str = sock.getsockname()[0]
+        return address
+    return "127.0.0.1"
+
+
+def ray_ready(run: RunDir, node: str, attempt: int, ray_node: RayHead) -> None:
+    """Once the raylet is up: the cluster file (head), the metrics target, this node's ready file."""
+    ray_node.wait_ready()
+    obs_dir = observability_dir(run)
+    if not ray_node.join:
+        cluster = {"address": ray_node.address, "token": ray_node.token}
+        write_atomic(obs_dir / CLUSTER_FILE.format(attempt=attempt), json.dumps(cluster), 0o600)
+    write_targets(run.tsdb / "targets", f"ray-{node}", [f"{ray_node.bind}:{ray_node.metrics_port}"],
+                  {"run": run.run_id, "node": node})
+    write_json_atomic(obs_dir / NODE_FILE.format(node=node, attempt=attempt), {"address": ray_node.address, "bind": ray_node.bind,
+                                                              "node_manager_port": ray_node.ports["node_manager"]})
+
+
+def stop_ray(run: RunDir, node: str, attempt: int, ray_node: RayHead) -> None:
+    obs_dir = observability_dir(run)
+    (obs_dir / NODE_FILE.format(node=node, attempt=attempt)).unlink(missing_ok=True)
+    if not ray_node.join:
+        (obs_dir / CLUSTER_FILE.format(attempt=attempt)).unlink(missing_ok=True)  # the token goes with the cluster
+    ray_node.stop()
+    ray_node.keep_logs(run.path / "ray" / node / "logs")
+    shutil.rmtree(ray_node.temp_dir, ignore_errors=True)
+
+
+def _wait_json(path: Path, seconds: float, what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            data: dict[str, Any] = json.loads(path.read_text())
+            if "error" in data:
+                raise RuntimeError(f"{what} failed: {data['error']}")
+            return data
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not come up in {seconds:.0f}s ({path} missing)")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def trainer_pid(run: RunDir, rank: int) -> int | None:
+    """MaxText's process of this rank: its environment names the run and the rank."""
+    want = (f"MXC_RUN_DIR={run.path}".encode(), f"SLURM_PROCID={rank}".encode())
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        # python -m maxtext...: not the timeout/bash stages nor the Ray wrapper that carry it in their arguments
+        if all(w in environ for w in want) and cmdline[1:3] == [b"-m", TRAINER]:
+            return int(entry.name)
+    return None
+
+
+def _hung(run: RunDir, args: argparse.Namespace, timeout: float, idle: float) -> None:
+    rank_dir = run.path / "ranks" / str(args.rank)
+    line = (f"[mxc {args.node} rank {args.rank}] attempt {args.attempt}: no training step for {idle:.0f}s "
+            f"(observability.hang_timeout {timeout:g}s): hung; dumping stacks, killing it")
+    print(line, flush=True)
+    with open(rank_dir / "hang.log", "a") as fh:
+        fh.write(line + "\n")
+    pid = trainer_pid(run, args.rank)
+    dumps = []
+    if pid is not None:
+        with contextlib.suppress(Exception):
+            dumps = dump_pids([pid], run.stacks, f"hang.rank-{args.rank}.attempt-{args.attempt}", run.log)
+    event = {"event": "hang", "rank": args.rank, "node": args.node, "attempt": args.attempt,
+             "job_id": os.environ.get("SLURM_JOB_ID", ""), "time": time.time(), "idle_seconds": round(idle, 1),
+             "pid": pid, "stacks": [str(d.path) for d in dumps]}
+    with open(rank_dir / "events.jsonl", "a") as fh:  # the entrypoint's format; job.sbatch greps for it
+        fh.write(json.dumps(event) + "\n")
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _stop_requested() -> Any:
+    """SIGTERM/SIGINT set a flag (the entrypoint's stop, or the kernel's pdeathsig)."""
+    flag = {"stop": False}
+
+    def handler(signum: int, frame: object) -> None:
+        flag["stop"] = True
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return lambda: flag["stop"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

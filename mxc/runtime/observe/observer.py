@@ -1,0 +1,313 @@
+"""Observability for one run: the exporter, a Prometheus TSDB in the run directory, Ray, hangs.
+
+``extensions(spec)`` is what the local backend calls (``mxc.runtime.backends.extensions``)
+when the spec sets ``observability.enabled``: it returns the Ray launcher and the
+``Observability`` observer. The observer
+
+* on start: starts the exporter (``python -m mxc.runtime.observe.exporter``) and Prometheus on the
+  run's TSDB (``<run>/prometheus/data``), writes their file_sd targets, has the launcher
+  bring up Ray in the background (its metrics become a target too), and records URLs,
+  ports and pids in ``record.observability``;
+* per attempt: appends to the run's event file (restarts become annotations) and runs the
+  hang watchdog (``mxc.runtime.observe.hang``);
+* at the end: waits (bounded) until Prometheus has scraped once after training ended, so
+  the TSDB holds the final step, then stops what it started. The TSDB stays in the run
+  directory; ``mxc metrics`` / ``mxc dashboard`` reopen it later.
+
+It never fails the run: anything that cannot start is recorded in
+``record.observability["errors"]`` and training goes on without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mxc.fsutil import write_json_atomic
+from mxc.runtime.hooks import TrainingProcess
+from mxc.runtime.lifetime import tied_to_caller
+from mxc.runtime.observe import run_events
+from mxc.runtime.observe.hang import HangWatchdog, dump_stacks
+from mxc.runtime.observe.prometheus import PrometheusServer, write_targets
+from mxc.runtime.observe.ray_launcher import RayHead, RayLauncher
+from mxc.runtime.record import RunRecord
+from mxc.runtime.rundir import RunDir
+
+EXPORTER_READY_TIMEOUT = 60.0
+
+
+def extensions(spec: Mapping[str, Any]) -> tuple[RayLauncher, list[Observability]]:
+    launcher = RayLauncher()
+    return launcher, [Observability(spec, launcher)]
+
+
+def observability_dir(run: RunDir) -> Path:
+    return run.path / "observability"
+
+
+def prometheus_dir(run: RunDir) -> Path:
+    return run.tsdb
+
+
+def tsdb_data(run: RunDir) -> Path:
+    return run.tsdb / "data"
+
+
+def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    obs = dict(spec.get("observability", {}))
+    return {
+        "bind": obs.get("bind", "127.0.0.1"),
+        "exporter_port": int(obs.get("exporter_port", 9400)),
+        "prometheus_port": int(obs.get("prometheus_port", 9190)),
+        "scrape_interval": int(obs.get("scrape_interval", 10)),
+        "plugins": list(obs.get("plugins", ["host", "gpu", "tensorboard"])),
+        "hang_timeout": float(obs.get("hang_timeout", 900)),
+    }
+
+
+class Observability:
+    """A ``RunObserver``; see the module docstring."""
+
+    def __init__(self, spec: Mapping[str, Any], launcher: RayLauncher | None = None,
+                 bundle_dir: Path | None = None) -> None:
+        self.spec = spec
+        self.settings = _settings(spec)
+        self.launcher = launcher
+        self.bundle_dir = bundle_dir
+        self.node = socket.gethostname()
+        self.exporter: subprocess.Popen[bytes] | None = None
+        self.prometheus: PrometheusServer | None = None
+        self.info: dict[str, Any] = {}
+        self.errors: list[str] = []
+        self.watchdog: HangWatchdog | None = None
+        self.hung: dict[int, dict[str, Any]] = {}
+        self.run: RunDir | None = None
+        self.exporter_args: list[str] = []
+
+    # ---- RunObserver
+
+    def on_start(self, run: RunDir, record: RunRecord) -> None:
+        self.run = run
+        obs_dir = observability_dir(run)
+        obs_dir.mkdir(parents=True, exist_ok=True)
+        run_events.append(obs_dir / run_events.EVENTS, "run_start", run=run.run_id)
+        if self.launcher is not None:
+            self.launcher.on_ready.append(self._ray_ready)
+            self.launcher.prepare(run.path)
+        bundle = self._bundle_dir(record)
+        self.info = {"scrape_interval": self.settings["scrape_interval"], "hang_timeout": self.settings["hang_timeout"],
+                     "events": str(obs_dir / run_events.EVENTS), "tsdb": str(tsdb_data(run)), "errors": self.errors}
+        self.start_services(run, bundle)
+        record.observability = self.info
+
+    def on_attempt(self, run: RunDir, record: RunRecord, process: TrainingProcess) -> None:
+        number = record.attempts[-1].number if record.attempts else 0
+        run_events.append(observability_dir(run) / run_events.EVENTS, "attempt_start", attempt=number,
+                          resumed_from_step=record.attempts[-1].resumed_from_step if record.attempts else None)
+        parts = run.metrics_parts
+
+        def progress() -> int:
+            total = 0
+            for path in parts.glob(f"attempt-{number}.rank-*.jsonl"):
+                with contextlib.suppress(OSError):
+                    total += path.stat().st_size
+            return total
+
+        def on_hang(idle: float) -> None:
+            self._hang(run, number, process, idle)
+
+        self.watchdog = HangWatchdog(progress, self.settings["hang_timeout"], on_hang).start()
+        if self.launcher is not None:
+            self.info["ray"] = self.launcher.describe()
+            if "error" in self.info["ray"] and not any(e.startswith("ray:") for e in self.errors):
+                self.errors.append(f"ray: {self.info['ray']['error']}")
+
+    def on_attempt_end(self, run: RunDir, record: RunRecord, exit_code: int) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog = None
+        number = record.attempts[-1].number if record.attempts else 0
+        run_events.append(observability_dir(run) / run_events.EVENTS, "attempt_end", attempt=number, exit_code=exit_code)
+        hang = self.hung.get(number)
+        if hang and record.attempts:
+            attempt = record.attempts[-1]
+            attempt.reason = (f"hung: no training step for {hang['idle_seconds']:.0f}s "
+                              f"(observability.hang_timeout {self.settings['hang_timeout']:g}s); killed; "
+                              f"stacks in {hang['stacks_dir']}")
+            attempt.hung = True  # type: ignore[attr-defined]  # Attempt allows extra fields
+            attempt.stacks = hang["stacks"]  # type: ignore[attr-defined]
+        self.info["hangs"] = len(self.hung)
+
+    def on_end(self, run: RunDir, record: RunRecord) -> None:
+        ended = time.time()
+        run_events.append(observability_dir(run) / run_events.EVENTS, "run_end", status=record.status)
+        if self.prometheus is not None and self.exporter is not None:
+            self.wait_for_scrape_after(ended)
+        self.stop()
+        summary = {**self.info, "ended": ended, "status": record.status}
+        with contextlib.suppress(OSError):
+            write_json_atomic(observability_dir(run) / "summary.json", summary)
+
+    # ---- parts (also used by mxc.runtime.observe.node_observer on Slurm nodes)
+
+    def start_services(self, run: RunDir, bundle: Path | None, exporter_name: str = "exporter",
+                       with_prometheus: bool = True) -> None:
+        """The exporter, Prometheus (started while the exporter comes up), then the exporter's target.
+
+        ``exporter_name`` names its files in ``observability/`` (``<name>.log``, ``<name>-ready.json``):
+        one per node when several nodes share the run directory.
+        """
+        ready = observability_dir(run) / f"{exporter_name}-ready.json"
+        try:
+            self._start_exporter(run, bundle, ready, observability_dir(run) / f"{exporter_name}.log")
+        except Exception as exc:
+            self._error(f"exporter: {exc}")
+        if with_prometheus:
+            try:
+                self._start_prometheus(run, bundle)
+            except Exception as exc:
+                self._error(f"prometheus: {exc}")
+        try:
+            self._exporter_target(run, ready)
+        except Exception as exc:
+            self._error(f"exporter: {exc}")
+
+    def _bundle_dir(self, record: RunRecord) -> Path | None:
+        if self.bundle_dir is not None:
+            return self.bundle_dir
+        configured = record.environment.get("MXC_BUNDLE_DIR")
+        if configured and Path(configured).is_dir():
+            return Path(configured)
+        with contextlib.suppress(Exception):
+            from mxc.fsutil import mxc_home
+            from mxc.store import Store
+
+            return Store(mxc_home()).get(record.bundle).path
+        return None
+
+    def _start_exporter(self, run: RunDir, bundle: Path | None, ready: Path, log_path: Path) -> None:
+        obs_dir = observability_dir(run)
+        config = bundle / "exporter.json" if bundle else None
+        if config is None or not config.exists():
+            config = obs_dir / "exporter.json"
+            write_json_atomic(config, {"bind": self.settings["bind"], "port": self.settings["exporter_port"],
+                                       "plugins": self.settings["plugins"]})
+        ready.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "mxc.runtime.observe.exporter", "--config", str(config), "--run-dir", str(run.path),
+                "--ready-file", str(ready), *self.exporter_args]
+        with open(log_path, "ab") as log:
+            self.exporter = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
+        self.info["exporter"] = {"pid": self.exporter.pid, "log": str(log_path)}
+
+    def _exporter_target(self, run: RunDir, ready: Path) -> None:
+        """Wait for the exporter's ready file, then point Prometheus at it."""
+        if self.exporter is None:
+            return
+        deadline = time.monotonic() + EXPORTER_READY_TIMEOUT
+        while not ready.exists():
+            if self.exporter.poll() is not None:
+                raise RuntimeError(f"exited {self.exporter.returncode} (log: {self.info['exporter']['log']})")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not ready in {EXPORTER_READY_TIMEOUT:.0f}s")
+            time.sleep(0.02)
+        info = json.loads(ready.read_text())
+        # Bound to every interface (multi-node Slurm): Prometheus on another node reaches it by name.
+        host = self.node if info["bind"] in ("0.0.0.0", "::") else info["bind"]
+        address = f"{host}:{info['port']}"
+        self.info["exporter"].update({"url": f"http://{address}/metrics", "port": info["port"], "bind": info["bind"],
+                                      "plugins": info.get("plugins", {})})
+        write_targets(prometheus_dir(run) / "targets", f"exporter-{self.node}", [address],
+                      {"run": run.run_id, "node": self.node})
+
+    def _start_prometheus(self, run: RunDir, bundle: Path | None) -> None:
+        home = prometheus_dir(run)
+        (home / "targets").mkdir(parents=True, exist_ok=True)
+        config = home / "prometheus.yml"
+        source = bundle / "prometheus.yml" if bundle else None
+        if source is not None and source.exists():
+            shutil.copyfile(source, config)
+            config.chmod(0o644)
+        else:
+            config.write_text(default_config(self.settings["scrape_interval"], str(self.spec.get("name", "run"))))
+        self.prometheus = PrometheusServer.start(config, tsdb_data(run), self.settings["bind"],
+                                                 self.settings["prometheus_port"], home / "prometheus.log")
+        self.info["prometheus"] = {"url": self.prometheus.url, "port": self.prometheus.port,
+                                   "pid": self.prometheus.process.pid, "config": str(config),
+                                   "log": str(home / "prometheus.log")}
+
+    def _ray_ready(self, head: RayHead) -> None:
+        if self.run is None:
+            return
+        write_targets(prometheus_dir(self.run) / "targets", f"ray-{self.node}", [f"{head.bind}:{head.metrics_port}"],
+                      {"run": self.run.run_id, "node": self.node})
+
+    def _hang(self, run: RunDir, number: int, process: TrainingProcess, idle: float) -> None:
+        label = f"attempt-{number}"
+        run_events.append(observability_dir(run) / run_events.EVENTS, "hang", attempt=number, idle_seconds=idle)
+        _log_line(run, f"[mxc] attempt {number}: no training step for {idle:.0f}s "
+                       f"(observability.hang_timeout {self.settings['hang_timeout']:g}s): hung; dumping stacks, killing it")
+        dumps = []
+        if process.pid is not None:
+            try:
+                dumps = dump_stacks(process.pid, run.stacks, label, run.log)
+            except Exception as exc:
+                self._error(f"stack dump: {exc}")
+        self.hung[number] = {"idle_seconds": idle, "stacks_dir": str(run.stacks),
+                             "stacks": [{"pid": d.pid, "file": str(d.path), "method": d.method, "ok": d.ok} for d in dumps]}
+        process.send_signal(signal.SIGKILL)
+
+    def wait_for_scrape_after(self, when: float) -> None:
+        """Until Prometheus holds a sample scraped after ``when`` (so it has the final step), bounded."""
+        assert self.prometheus is not None
+        deadline = time.monotonic() + 2 * self.settings["scrape_interval"] + 5
+        expr = 'timestamp(mxc_exporter_plugin_up{plugin="run"})'
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                result = self.prometheus.api.query(expr)
+                if result and float(result[0]["value"][1]) >= when:
+                    return
+            time.sleep(0.2)
+        self._error("no scrape after the end of training was seen; the TSDB may miss the last steps")
+
+    def stop(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.exporter is not None and self.exporter.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.exporter.send_signal(signal.SIGTERM)
+            try:
+                self.exporter.wait(10)
+            except subprocess.TimeoutExpired:
+                self.exporter.kill()
+                self.exporter.wait()
+        if self.prometheus is not None:
+            self.prometheus.stop()
+
+    def _error(self, text: str) -> None:
+        self.errors.append(text)
+        print(f"mxc: warning: observability: {text}", file=sys.stderr)
+
+
+def default_config(scrape_interval: int, job: str) -> str:
+    """The bundle's prometheus.yml when a bundle has none (same shape as the template)."""
+    return (f"global:\n  scrape_interval: {scrape_interval}s\n  evaluation_interval: {scrape_interval}s\n"
+            f"  external_labels:\n    mxc_job: {json.dumps(job)}\nscrape_configs:\n"
+            "  - job_name: mxc-exporter\n    file_sd_configs:\n      - files: ['targets/exporter-*.json']\n"
+            f"  - job_name: ray\n    scrape_interval: {max(scrape_interval, 15)}s\n"
+            f"    scrape_timeout: {max(scrape_interval, 15)}s\n"
+            "    file_sd_configs:\n      - files: ['targets/ray-*.json']\n")
+
+
+def _log_line(run: RunDir, text: str) -> None:
+    with contextlib.suppress(OSError), open(run.log, "a", encoding="utf-8") as fh:
+        fh.write(text + "\n")

@@ -1,0 +1,1 @@
+"""What a run ran with: the pinned code export and the host facts recorded for drift checks."""

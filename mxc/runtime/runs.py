@@ -1,0 +1,173 @@
+"""Finding runs in ``$MXC_HOME/runs``: by id, unique id prefix, or bundle-hash prefix.
+
+Run ids start with their UTC start time, so sorting names sorts runs by start. A record
+that is not final belongs to a live run, unless the supervisor that wrote it is gone (it
+was killed without a chance to write the end): such runs are shown as ``lost``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from mxc.errors import UserError
+from mxc.runtime.record import RunRecord, parse_time
+from mxc.runtime.rundir import RunDir
+from mxc.runtime.trainlog import last_step_in_tail
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """What a user's reference names: a run (and its bundle), or only a bundle."""
+
+    bundle: str
+    run: RunDir | None = None
+
+
+def runs_root(home: Path) -> Path:
+    return home / "runs"
+
+
+def all_runs(home: Path) -> list[RunDir]:
+    root = runs_root(home)
+    if not root.is_dir():
+        return []
+    return [RunDir(p) for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+
+
+def load(run: RunDir) -> RunRecord:
+    try:
+        record = RunRecord.load(run.record)
+    except FileNotFoundError:
+        raise UserError(f"run {run.run_id} has no record.json") from None
+    except ValueError as exc:
+        raise UserError(f"run {run.run_id}: record.json is unreadable ({str(exc).splitlines()[0]})") from None
+    if record.backend == "slurm" and not record.final:
+        from mxc.runtime.slurm.backend import refresh  # no daemon follows a Slurm job: whoever looks brings it up to date
+
+        record = refresh(run, record)
+    return record
+
+
+def _ambiguous(ref: str, names: list[str], what: str) -> UserError:
+    listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return UserError(f"'{ref}' is ambiguous: {len(names)} {what} match ({listed})", "give more characters")
+
+
+def current(run: RunDir) -> RunRecord:
+    """The record, first brought up to date by its backend when the run is live and the backend
+    keeps no process of its own watching it (Slurm: ``mxc.runtime.slurm.backend.refresh``)."""
+    record = load(run)
+    if record.final or record.backend == "local":
+        return record
+    from mxc.runtime.backends import BACKENDS
+
+    module_name = BACKENDS.get(record.backend, "").partition(":")[0]
+    if not module_name or importlib.util.find_spec(module_name) is None:
+        return record
+    refresh = getattr(importlib.import_module(module_name), "refresh", None)
+    if refresh is None:
+        return record
+    try:
+        refreshed: RunRecord = refresh(run, record)
+    except Exception as exc:  # a listing must not fail because a scheduler is unreachable
+        print(f"mxc: warning: run {run.run_id}: could not refresh from {record.backend}: {exc}", file=sys.stderr)
+        return record
+    return refreshed
+
+
+def find_run(home: Path, ref: str) -> RunDir:
+    """A run by full id or unique prefix of its id."""
+    ref = ref.strip()
+    if not ref:
+        raise UserError("empty run id")
+    matches = [r for r in all_runs(home) if r.run_id.startswith(ref)]
+    exact = [r for r in matches if r.run_id == ref]
+    if exact:
+        return exact[0]
+    if not matches:
+        raise UserError(f"no run matches '{ref}' in {runs_root(home)}", "list runs with: mxc runs")
+    if len(matches) > 1:
+        raise _ambiguous(ref, [r.run_id for r in matches], "runs")
+    return matches[0]
+
+
+def runs_of_bundle(home: Path, bundle_hash: str) -> list[RunDir]:
+    """Runs of one bundle, oldest first (the id ends with the bundle's short hash; the record confirms)."""
+    out = []
+    for run in all_runs(home):
+        if not run.run_id.endswith(bundle_hash[:8]):
+            continue
+        try:
+            if RunRecord.load(run.record).bundle == bundle_hash:
+                out.append(run)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def resolve(home: Path, ref: str, bundle_hashes: list[str]) -> RunRef:
+    """A run id (or unique prefix) or a bundle-hash prefix; a ref matching both is ambiguous."""
+    ref = ref.strip()
+    runs = [r for r in all_runs(home) if r.run_id.startswith(ref)] if ref else []
+    exact = [r for r in runs if r.run_id == ref]
+    if exact:
+        runs = exact
+    bundles = [h for h in bundle_hashes if ref and h.startswith(ref.lower())] if not exact else []
+    if runs and bundles:
+        raise UserError(f"'{ref}' matches both run {runs[0].run_id} and bundle {bundles[0][:12]}",
+                        "give more characters")
+    if len(runs) > 1:
+        raise _ambiguous(ref, [r.run_id for r in runs], "runs")
+    if runs:
+        return RunRef(load(runs[0]).bundle, runs[0])
+    if len(bundles) > 1:
+        raise _ambiguous(ref, [b[:12] for b in bundles], "bundles")
+    if bundles:
+        earlier = runs_of_bundle(home, bundles[0])
+        return RunRef(bundles[0], earlier[-1] if earlier else None)
+    raise UserError(f"no run or bundle matches '{ref}'", "list them with: mxc runs, mxc ls")
+
+
+def supervisor_alive(record: RunRecord) -> bool | None:
+    """Whether the local supervisor of a live record still runs (None: cannot tell from here)."""
+    info = record.supervisor
+    if not isinstance(info, dict) or info.get("host") not in (socket.gethostname(), os.uname().nodename):
+        return None
+    try:
+        os.kill(int(info["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, KeyError, TypeError):
+        return None
+    return True
+
+
+def shown_status(record: RunRecord) -> str:
+    if not record.final and record.backend == "local" and supervisor_alive(record) is False:
+        return "lost"
+    return record.status
+
+
+def live_progress(run: RunDir, record: RunRecord) -> tuple[int | None, float | None]:
+    """(steps done, last loss) of a run: from the record once final, else from the log's tail."""
+    if record.final or (record.steps is not None and record.status not in ("running", "starting")):
+        return record.steps, record.last_loss
+    event = last_step_in_tail(run.log)
+    if event is None:
+        return record.steps, record.last_loss
+    return event.step + 1, event.loss
+
+
+def duration_seconds(record: RunRecord, now: datetime) -> float | None:
+    start = parse_time(record.started)
+    if start is None:
+        return None
+    end = parse_time(record.ended) or (now if not record.final else None)
+    return (end - start).total_seconds() if end else None

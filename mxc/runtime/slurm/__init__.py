@@ -1,0 +1,1 @@
+"""The Slurm backend: submission, Slurm queries, and what a job wrote folded into the record."""

@@ -1,0 +1,293 @@
+"""Evidence that is not a log line: the record, each rank's stages/events/preflight files, the
+kernel log the entrypoint saved, crash notes and stacks, and the metrics.
+
+Everything becomes ``Hit``s for the same catalog ids as the log patterns, so one ranking
+decides between them (mxc/runtime/triage/classify.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mxc.fsutil import read_json, read_jsonl
+from mxc.runtime.record import RunRecord, epoch_seconds
+from mxc.runtime.triage.catalog import Catalog
+from mxc.runtime.triage.logs import Hit, Scanner
+
+CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE", "SIGQUIT", "SIGTRAP", "SIGSYS"})
+CRASH_NOTE = re.compile(r"^crash\.rank-(\d+)\.attempt-(\d+)\.txt$")
+NATIVE = re.compile(r"^native\.rank-(\d+)\.attempt-(\d+)\.txt$")
+KERNEL_LOG = re.compile(r"^kernel\.(\d+)\.log$")
+GDB_FRAME = re.compile(r"^#\d+\s+")
+HANG_MIN_SECONDS = 20.0  # a stage timeout counts as a hang when no step came for this long (and 50 steps' time)
+
+
+@dataclass
+class Crash:
+    """A fatal signal of one rank in one attempt: what the entrypoint kept."""
+
+    rank: int
+    attempt: int
+    signal: str | None = None
+    core: str | None = None
+    backtrace: str | None = None
+    note: list[str] = field(default_factory=list)
+    native_frames: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "attempt": self.attempt, "signal": self.signal, "core": self.core,
+                "backtrace": self.backtrace, "native_frames": self.native_frames, "note": self.note}
+
+
+@dataclass
+class Facts:
+    """What the structured files say, besides hits."""
+
+    exits: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)  # (attempt, rank) -> exit event
+    crashes: list[Crash] = field(default_factory=list)
+    stacks: list[str] = field(default_factory=list)  # other stack dumps (hang detection)
+    stack_excerpt: list[str] = field(default_factory=list)
+    nan_step: int | None = None
+    steps: int = 0
+
+
+def signal_name(code: int | None) -> str | None:
+    if code is None:
+        return None
+    number = -code if code < 0 else code - 128 if 128 < code < 160 else 0
+    try:
+        return signal.Signals(number).name if number else None
+    except ValueError:
+        return None
+
+
+def _hit(catalog: Catalog, cause: str, text: str, source: str, **kw: Any) -> Hit:
+    c = catalog.cause(cause)
+    return Hit(cause=cause, role=c.role, priority=kw.pop("priority", c.priority), text=text, source=source,
+               try_=c.try_, **kw)
+
+
+def _signal_hit(catalog: Catalog, sig: str, source: str, **kw: Any) -> Hit | None:
+    if sig in CRASH_SIGNALS:
+        return _hit(catalog, "native_crash", f"the training process died by {sig}", source, detail=sig, **kw)
+    if sig == "SIGKILL":
+        return _hit(catalog, "killed", "the training process was killed by SIGKILL", source, detail="SIGKILL", **kw)
+    if sig in ("SIGTERM", "SIGINT", "SIGHUP"):
+        return _hit(catalog, "killed", f"the training process was stopped by {sig}", source, detail=sig, **kw)
+    return None
+
+
+def rank_files(root: Path, scanner: Scanner, facts: Facts, labelled: bool) -> None:
+    """ranks/<rank>/: stages.tsv, events.jsonl, preflight.json, kernel.<attempt>.log and other logs."""
+    catalog = scanner.catalog
+    base = root / "ranks"
+    if not base.is_dir():
+        return
+    for rank_dir in sorted((d for d in base.iterdir() if d.name.isdigit()), key=lambda d: int(d.name)):
+        rank = int(rank_dir.name)
+        rel = f"ranks/{rank}"
+        for event in read_jsonl(rank_dir / "events.jsonl"):
+            if event.get("event") == "start" and event.get("node"):
+                scanner.scan.nodes.setdefault(rank, str(event["node"]))
+            if event.get("event") == "exit":
+                facts.exits[(int(event.get("attempt", 0)), rank)] = event
+        preflight = read_json(rank_dir / "preflight.json")
+        if isinstance(preflight, dict) and preflight.get("node"):
+            scanner.scan.nodes.setdefault(rank, str(preflight["node"]))
+        node = scanner.scan.nodes.get(rank)
+        failed_checks = []
+        if isinstance(preflight, dict) and preflight.get("passed") is False:
+            failed_checks = [f"{c.get('check')}: {c.get('detail')}" for c in preflight.get("checks", [])
+                             if isinstance(c, dict) and c.get("status") == "fail"]
+        try:
+            stages = (rank_dir / "stages.tsv").read_text("utf-8").splitlines()
+        except OSError:
+            stages = []
+        for number, row in enumerate(stages, 1):
+            parts = row.split("\t")
+            if len(parts) < 4 or not parts[1].lstrip("-").isdigit():
+                continue
+            name, rc, seconds, attempt = parts[0], int(parts[1]), parts[2], int(parts[3]) if parts[3].isdigit() else 0
+            if rc == 0:
+                continue
+            exit_event = facts.exits.get((attempt, rank), {})
+            t = exit_event.get("time")
+            where = {"line": number, "rank": rank, "node": node, "attempt": attempt,
+                     "time": float(t) if isinstance(t, (int, float)) else None}
+            text = f"stage {name} exited {rc} after {seconds}s"
+            if name == "preflight":
+                for check in failed_checks or [f"exit {rc}"]:
+                    scanner.add(_hit(catalog, "preflight_failed", f"{text}: {check}", f"{rel}/stages.tsv",
+                                     detail=check, **where))
+            elif exit_event.get("timed_out") is True or rc == 124:
+                scanner.add(_hit(catalog, "stage_timeout", text + " (timed out)", f"{rel}/stages.tsv", detail=name, **where))
+            elif sig := signal_name(rc):
+                hit = _signal_hit(catalog, sig, f"{rel}/stages.tsv", **where)
+                if hit:
+                    hit.text = f"{text} ({sig})"
+                    scanner.add(hit)
+        for path in sorted(rank_dir.iterdir()):
+            if m := KERNEL_LOG.match(path.name):
+                scanner.read_file(path, rank=rank, attempt=int(m[1]))
+            elif path.suffix in (".log", ".out", ".err") and path.is_file():
+                scanner.read_file(path, rank=rank, labelled=labelled)
+
+
+def stack_files(root: Path, scanner: Scanner, facts: Facts) -> None:
+    """stacks/: crash notes and gdb backtraces from entrypoint.sh, and any other dumps (hangs)."""
+    base = root / "stacks"
+    if not base.is_dir():
+        return
+    crashes: dict[tuple[int, int], Crash] = {}
+    for path in sorted(base.iterdir()):
+        if not path.is_file():
+            continue
+        if m := CRASH_NOTE.match(path.name):
+            crash = crashes.setdefault((int(m[2]), int(m[1])), Crash(rank=int(m[1]), attempt=int(m[2])))
+            node: str | None = None
+            for line in path.read_text("utf-8", errors="replace").splitlines():
+                key, _, value = line.partition(": ")
+                if key == "signal":
+                    number = value.split()[0]
+                    crash.signal = signal_name(128 + int(number)) if number.isdigit() else value
+                elif key == "core" and value.startswith("cores/"):
+                    crash.core = value.split()[0]
+                elif key == "backtrace" and value.startswith("stacks/"):
+                    crash.backtrace = value.split()[0]
+                elif key == "node":
+                    node = value
+                elif key == "address_space_limit_kb" and value.isdigit() and crash.signal in CRASH_SIGNALS:
+                    scanner.add(_hit(
+                        scanner.catalog, "host_oom",
+                        f"{crash.signal} under an address-space limit of {int(value) // 1024} MB (ulimit -v {value}):"
+                        " a failed allocation is the likely cause", f"stacks/{path.name}",
+                        detail=f"ulimit -v {value}", rank=crash.rank, attempt=crash.attempt, node=node))
+                if key in ("core", "backtrace"):
+                    crash.note.append(line)
+        elif m := NATIVE.match(path.name):
+            crash = crashes.setdefault((int(m[2]), int(m[1])), Crash(rank=int(m[1]), attempt=int(m[2])))
+            crash.native_frames = crashing_thread(path)
+        else:
+            facts.stacks.append(f"stacks/{path.name}")
+            if not facts.stack_excerpt:
+                facts.stack_excerpt = stack_excerpt(path)
+    facts.crashes = [crashes[k] for k in sorted(crashes)]
+
+
+def stack_excerpt(path: Path, limit: int = 12) -> list[str]:
+    """The first thread of a stack dump (py-spy's "Thread ... (active)" block, or faulthandler's)."""
+    out: list[str] = []
+    for line in path.read_text("utf-8", errors="replace").splitlines():
+        if line.startswith("#") or not line.strip():
+            if out:
+                break
+            continue
+        out.append(line.rstrip()[:200])
+        if len(out) >= limit:
+            break
+    return out
+
+
+def crashing_thread(path: Path, limit: int = 12) -> list[str]:
+    """The frames of the thread that got the signal, from gdb's ``thread apply all bt``.
+
+    gdb names it ("[Current thread is N ...]"); its block is "Thread N (...)". Frames above
+    "<signal handler called>" are faulthandler re-raising the signal, so the list starts below it.
+    """
+    lines = path.read_text("utf-8", errors="replace").splitlines()
+    signal_line = next((ln.strip() for ln in lines if ln.startswith("Program terminated with signal")), "")
+    current = next((m[1] for ln in lines if (m := re.match(r"^\[Current thread is (\d+) ", ln))), None)
+    frames: list[str] = []
+    inside = False
+    for line in lines:
+        if line.startswith("Thread "):
+            if inside:
+                break
+            inside = current is not None and line.startswith(f"Thread {current} (")
+            continue
+        if inside and GDB_FRAME.match(line):
+            frames.append(re.sub(r"\s+", " ", line.strip())[:200])
+    if not frames:  # no "thread apply all" output: the frame gdb printed when it loaded the core
+        frames = [re.sub(r"\s+", " ", ln.strip())[:200] for ln in lines if GDB_FRAME.match(ln)][:1]
+    handler = next((i for i, f in enumerate(frames) if "<signal handler called>" in f), None)
+    if handler is not None and handler + 1 < len(frames):
+        frames = frames[handler + 1:]
+    return ([signal_line] if signal_line else []) + frames[:limit]
+
+
+def record_hits(record: RunRecord, scanner: Scanner) -> None:
+    catalog = scanner.catalog
+    last = max((a.number for a in record.attempts), default=0)
+    if record.status == "hung":
+        scanner.add(_hit(catalog, "hang", f"record.json: status hung ({record.message or 'no progress'})", "record.json",
+                         attempt=last, detail=record.message or "status hung", priority=catalog.cause("hang").priority + 10))
+    for attempt in record.attempts:
+        extra = attempt.model_extra or {}
+        if extra.get("hung"):  # the hang watchdog (mxc/runtime/observe/hang.py) marks the attempt it killed
+            scanner.add(_hit(catalog, "hang", f"record.json: attempt {attempt.number}: {attempt.reason or 'hung'}",
+                             "record.json", attempt=attempt.number, time=epoch_seconds(attempt.ended),
+                             detail=attempt.reason or "hung"))
+            continue
+        if attempt.signal and attempt.exit_code not in (None, 0):
+            hit = _signal_hit(catalog, attempt.signal, "record.json", attempt=attempt.number, time=epoch_seconds(attempt.ended))
+            if hit:
+                hit.priority -= 1  # the rank's own files say more (which rank, which stage)
+                scanner.add(hit)
+    slurm = record.slurm or {}
+    state = str(slurm.get("state") or "")
+    mapping = {"NODE_FAIL": "node_failure", "OUT_OF_MEMORY": "host_oom", "TIMEOUT": "time_limit", "PREEMPTED": "preempted"}
+    if state in mapping:
+        failure = slurm.get("first_failure") or {}
+        rank = failure.get("rank") if isinstance(failure.get("rank"), int) else None
+        scanner.add(_hit(catalog, mapping[state], f"Slurm job state {state}", "record.json", attempt=last, rank=rank,
+                         node=failure.get("node"), detail=state))
+
+
+def metrics_facts(root: Path, scanner: Scanner, facts: Facts, attempt: int) -> None:
+    """metrics.jsonl: how many steps, and the first step whose loss is not finite."""
+    path = root / "metrics.jsonl"
+    try:
+        lines = path.read_text("utf-8", errors="replace").splitlines()
+    except OSError:
+        return
+    for number, line in enumerate(lines, 1):
+        try:
+            data = json.loads(line)
+            loss = float(data["learning/loss"])
+            step = int(data["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        facts.steps += 1
+        if not math.isfinite(loss) and facts.nan_step is None:
+            facts.nan_step = step
+            scanner.add(_hit(scanner.catalog, "nan_loss", f"metrics.jsonl: step {step} loss {loss}", "metrics.jsonl",
+                             line=number, attempt=attempt, rank=0, detail=f"loss {loss} at step {step}"))
+
+
+def hang_from_progress(scanner: Scanner, facts: Facts) -> None:
+    """A stage timeout after training stopped stepping long before it is a hang, not a slow run."""
+    for hit in [h for h in scanner.scan.hits if h.cause == "stage_timeout" and h.attempt is not None]:
+        progress = scanner.scan.progress.get(hit.attempt or 0)
+        if progress is None or progress.last_step_time is None:
+            continue
+        end = hit.time or progress.last_time
+        if end is None:
+            continue
+        typical = statistics.median(progress.step_seconds) if progress.step_seconds else 0.0
+        quiet = end - progress.last_step_time
+        if quiet >= max(HANG_MIN_SECONDS, 50 * typical):
+            scanner.add(_hit(
+                scanner.catalog, "hang",
+                f"no step for {quiet:.0f}s after step {progress.last_step} (steps took {typical:.3f}s); "
+                "the stage timeout then stopped it",
+                hit.source, line=hit.line, rank=hit.rank, node=hit.node, attempt=hit.attempt, time=hit.time,
+                detail=f"no step for {quiet:.0f}s after step {progress.last_step}",
+                priority=scanner.catalog.cause("stage_timeout").priority + 1,
+            ))
