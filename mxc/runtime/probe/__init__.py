@@ -18,7 +18,7 @@ from typing import Any
 
 from mxc.errors import UserError
 
-WORKER = Path(__file__).with_name("probe_worker.py")
+WORKER = Path(__file__).with_name("worker.py")
 
 
 def default_workers() -> int:
