@@ -58,8 +58,8 @@ class Home:
         return subprocess.run([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env(),
                               capture_output=True, text=True, timeout=timeout)
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env(),
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "mxc", *args], cwd=REPO, env={**self.env(), **(env or {})},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def json(self, *args: str) -> Any:

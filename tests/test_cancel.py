@@ -7,25 +7,21 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.conftest import REPO, Mxc
+from tests.gates import PauseGate
 
 
-def test_cancel_a_local_run(mxc: Mxc, mxc_home: Path) -> None:
+def test_cancel_a_local_run(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
     assert mxc("build", "-q", str(REPO / "specs" / "tiny.yaml")).returncode == 0
-    proc = subprocess.Popen([sys.executable, "-m", "mxc", "run", "-q"], cwd=REPO, env={**os.environ, "MXC_HOME": str(mxc_home)},
+    gate = PauseGate(tmp_path, {0: 0})  # the trainer waits after its first step: the run is surely live
+    env = {**os.environ, "MXC_HOME": str(mxc_home), **gate.env()}
+    proc = subprocess.Popen([sys.executable, "-m", "mxc", "run", "-q"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        run_id = None
-        while time.monotonic() < deadline and run_id is None:
-            for record in (mxc_home / "runs").glob("*/record.json"):
-                if json.loads(record.read_text()).get("status") == "running":
-                    run_id = record.parent.name
-            time.sleep(0.2)
-        assert run_id, "the run never started"
+        gate.wait_paused(0, alive=lambda: proc.poll() is None)
+        [run_id] = [p.parent.name for p in (mxc_home / "runs").glob("*/record.json")]
         out = mxc("cancel", run_id[:15], "--json")
         assert out.returncode == 0, out.stderr
         rec = json.loads(out.stdout)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -69,7 +68,6 @@ def supervise(tmp_path: Path, restarts: int, env_extra: dict[str, str] | None = 
 
 
 def test_hang_is_detected_stacks_dumped_training_killed_and_restarted(tmp_path: Path) -> None:
-    started = time.monotonic()
     run, record = supervise(tmp_path, restarts=1)
     assert record.status == "hung" and record.final
     assert record.restarts == 1 and len(record.attempts) == 2  # restart logic took over after the first hang
@@ -85,7 +83,6 @@ def test_hang_is_detected_stacks_dumped_training_killed_and_restarted(tmp_path: 
         assert not pid_alive(int((run.path / f"pid-{attempt.number}").read_text()))
     assert (record.message or "").startswith("no training step for")
     assert sorted(p.name for p in run.stacks.iterdir())[0].startswith("attempt-0-pid")
-    assert time.monotonic() - started < 120
     log = run.log.read_text()
     assert sum("): hung; dumping stacks" in line for line in log.splitlines()) == 2
     assert "[mxc] run hung: no training step for" in log

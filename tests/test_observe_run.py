@@ -1,7 +1,7 @@
 """`mxc run` of the tiny model with observability on: real MaxText, real Ray, real Prometheus.
 
 One run is shared by the module (CPU is scarce): its training is SIGKILLed after a
-checkpoint, so it also restarts once. Everything else is asked afterwards, when every
+checkpoint, while it waits at step 12 (tests/gates.py), so it also restarts once. Everything else is asked afterwards, when every
 process of the run has exited, through the CLI (`mxc metrics`, `mxc report`, `mxc dashboard`).
 """
 
@@ -24,6 +24,7 @@ import pytest
 
 from mxc.runtime.procfs import pid_alive, session_processes
 from tests.conftest import REPO, Home
+from tests.gates import PauseGate
 from tests.processes import run_processes, trainer_pids
 
 pytestmark = pytest.mark.training
@@ -32,7 +33,7 @@ STEPS = 30
 BUILD_SETS = (
     "observability.enabled=true",
     "observability.scrape_interval=1",
-    "model.overrides.per_device_batch_size=32",  # slow enough steps to kill one mid-run
+    "model.overrides.per_device_batch_size=32",
     "checkpoint.period=5",
     "runtime.preflight.stale_processes=false",  # other trainings on a shared machine
 )
@@ -58,7 +59,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Home:
 
 @pytest.fixture(scope="module")
 def run(home: Home) -> Path:
-    proc = home.start("run", home.build(REPO / "specs/tiny.yaml", BUILD_SETS), "-q")
+    gate = PauseGate(home.path.parent / "gate", {0: 12})
+    gate.directory.mkdir(parents=True)
+    proc = home.start("run", home.build(REPO / "specs/tiny.yaml", BUILD_SETS), "-q", env=gate.env())
     runs = home.path / "runs"
     run: Path = wait_for("the run directory", lambda: next(iter(runs.iterdir()), None) if runs.is_dir() else None, proc)
     checkpoints = run / "output" / run.name / "checkpoints"
@@ -67,9 +70,9 @@ def run(home: Home) -> Path:
         done = [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()] if checkpoints.is_dir() else []
         return max((s for s in done if 5 <= s < STEPS - 1), default=None)
 
+    pid = gate.wait_paused(0, alive=lambda: proc.poll() is None)[0]
     wait_for("a checkpoint at step >= 5", checkpoint, proc)
-    pid = next(iter(trainer_pids(run)), None)
-    assert pid is not None, "the trainer runs under the Ray actor with the run's environment"
+    assert pid in trainer_pids(run), "the trainer runs under the Ray actor with the run's environment"
     os.kill(pid, signal.SIGKILL)
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err

@@ -2,8 +2,8 @@
 
 One straight-through run of the tiny model is shared by the module (CPU is scarce); the
 rerun, the SIGKILL restart and the cancellations each start one more short training.
-The bundle is the tiny spec with a larger batch (so 30 steps last long enough to kill one
-mid-run) and checkpoints every 5 steps.
+The bundle is the tiny spec with a larger batch and checkpoints every 5 steps; a training is
+broken mid-run while it waits at a known step (tests/gates.py), never by racing it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, Home
+from tests.gates import PauseGate
 from tests.processes import run_processes, trainer_pids
 
 pytestmark = pytest.mark.training
@@ -88,14 +89,6 @@ def new_run(home: Home, before: set[Path], proc: subprocess.Popen[str]) -> Path:
 
     run: Path = wait_for("the run directory", found, proc=proc)
     return run
-
-
-def log_text(run: Path) -> str:
-    """The training log so far ('' until the first attempt creates it)."""
-    try:
-        return (run / "train.log").read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
 
 
 def trainer_pid(run: Path) -> int | None:
@@ -175,9 +168,10 @@ def test_rerun_gives_a_bit_identical_loss_curve(home: Home, base_run: Path) -> N
 # ---- restart from the last checkpoint
 
 
-def test_sigkill_mid_run_resumes_from_the_checkpoint(home: Home, bundle: str, base_run: Path) -> None:
+def test_sigkill_mid_run_resumes_from_the_checkpoint(home: Home, bundle: str, base_run: Path, tmp_path: Path) -> None:
     before = home.runs()
-    proc = home.start("run", bundle, "-q")
+    gate = PauseGate(tmp_path, {0: 12})  # attempt 0 waits after step 12 (checkpoints 5 and 10 are due)
+    proc = home.start("run", bundle, "-q", env=gate.env())
     run = new_run(home, before, proc)
     checkpoints = run / "output" / run.name / "checkpoints"
 
@@ -187,9 +181,8 @@ def test_sigkill_mid_run_resumes_from_the_checkpoint(home: Home, bundle: str, ba
         done = [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()]
         return max((s for s in done if 5 <= s < STEPS - 1), default=None)
 
+    pid = gate.wait_paused(0, alive=lambda: proc.poll() is None)[0]
     saved = wait_for("a checkpoint at step >= 5", finished_checkpoint, proc=proc)
-    pid = trainer_pid(run)
-    assert pid is not None
     os.kill(pid, signal.SIGKILL)
     _out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
@@ -215,12 +208,13 @@ def test_sigkill_mid_run_resumes_from_the_checkpoint(home: Home, bundle: str, ba
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_cancel_stops_training_and_leaves_no_process(home: Home, bundle: str, signum: int) -> None:
+def test_cancel_stops_training_and_leaves_no_process(home: Home, bundle: str, signum: int, tmp_path: Path) -> None:
     before = home.runs()
-    proc = home.start("run", bundle)
+    gate = PauseGate(tmp_path, {0: 0})  # mid-training: the trainer waits after step 0 (never released)
+    proc = home.start("run", bundle, env=gate.env())
     run = new_run(home, before, proc)
     if signum == signal.SIGINT:  # mid-training
-        wait_for("the first step", lambda: "completed step: 0," in log_text(run), proc=proc)
+        gate.wait_paused(0, alive=lambda: proc.poll() is None)
     else:  # while the trainer is still starting
         wait_for("the trainer process", lambda: trainer_pid(run), proc=proc)
     started = [pid for pid, _ in run_processes(run)]

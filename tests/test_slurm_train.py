@@ -19,7 +19,7 @@ import pytest
 
 from mxc.runtime.metrics_merge import read_lines
 from tests.conftest import Mxc
-from tests.processes import trainer_pids
+from tests.gates import PauseGate
 from tests.slurm_cluster import SlurmCluster
 from tests.slurm_jobs import (
     batch_events,
@@ -39,33 +39,42 @@ from tests.slurm_jobs import (
 pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.usefixtures("slurm_env")]
 
 
-def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
-    # Bigger batches and sequences than the tiny spec (same 30 steps) so that a step takes long
-    # enough for the test to act between two checkpoints.
+def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,
+                                                       tmp_path: Path) -> None:
+    # The trainers wait at known steps while the test acts (tests/gates.py): attempt 0 after step 7
+    # (checkpoint 5 is due), attempt 1 after step 12 (its own checkpoint 10 is due).
+    gate = PauseGate(tmp_path, {0: 7, 1: 12})
     bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
         "checkpoint.period": 5, "restart.max": 2, "runtime.signal_seconds": 10,
         "model.overrides.per_device_batch_size": 8, "model.overrides.max_target_length": 256,
     }))
-    run_id = submit(mxc, bundle)
+    run_id = submit(mxc, bundle, env=gate.env())
     run = run_dir(mxc_home, run_id)
     job_id = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
 
-    # 1. A forced requeue once the first periodic checkpoint exists.
+    # 1. A forced requeue while both ranks wait after step 7, the first periodic checkpoint done.
+    gate.wait_paused(0, ranks=2)
     wait_for(lambda: 5 in checkpoints(mxc_home, run_id), 240, "checkpoint 5")
     slurm_cluster.run("scontrol", "requeue", job_id)
     wait_for(lambda: record(mxc_home, run_id).restarts == 1, 120, "restart 1 to start")
 
-    # 2. In restart 1, after it resumed and wrote a new checkpoint: the time limit comes close
-    #    (lowered so that little time is left) and USR2 arrives, as --signal=B:USR2@N sends it.
+    # 2. Restart 1 resumes and waits after step 12 with its checkpoint 10 done; then the time limit
+    #    comes close (lowered so that little time is left) and USR2 arrives, as --signal=B:USR2@N sends
+    #    it. The trainers go on only once JAX has taken the SIGTERM that follows (its preemption sync
+    #    point is set), so they checkpoint on it instead of finishing first.
     def resumed_step() -> int | None:
         found = re.findall(r"restoring from this run's directory step (\d+)", run.log.read_text(errors="replace"))
         return int(found[-1]) if found else None
 
+    gate.wait_paused(1, ranks=2)
     first_resume = wait_for(resumed_step, 240, "restart 1 to restore a checkpoint")
     wait_for(lambda: any(c > first_resume + 1 for c in checkpoints(mxc_home, run_id)), 240,
              "a checkpoint written by restart 1")
     leave_little_time(slurm_cluster, job_id)
     slurm_cluster.run("scancel", "--signal=USR2", "--batch", job_id)
+    wait_for(lambda: "Preemption sync counter is set" in run.log.read_text(errors="replace"), 120,
+             "JAX to take the SIGTERM (preemption sync point set)")
+    gate.release(1)
     wait_for(lambda: record(mxc_home, run_id).restarts == 2, 120, "restart 2 to start")
     slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "TimeLimit=30:00", check=False)
 
@@ -174,19 +183,23 @@ def test_observability_on_two_nodes(mxc: Mxc, mxc_home: Path, slurm_cluster: Slu
     assert 'mxc_host_memory_available_bytes{node="node1"}' in text and 'node="node2"' in text
 
 
-def test_a_hung_rank_is_detected_killed_and_the_job_requeued(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
-    """Rank 1's trainer is stopped (SIGSTOP) after the first checkpoint: rank 0 then waits in a
-    collective for ever, a real hang. The node observers see no step for hang_timeout, dump the
-    stacks, kill the trainer; job.sbatch requeues and the restart resumes and completes."""
+def test_a_hung_rank_is_detected_killed_and_the_job_requeued(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,
+                                                             tmp_path: Path) -> None:
+    """Rank 1's trainer is stopped (SIGSTOP) after the first checkpoint (both wait after step 7, then
+    rank 0 goes on): rank 0 then waits in a collective for ever, a real hang. The node observers see no
+    step for hang_timeout, dump the stacks, kill the trainer; job.sbatch requeues and the restart
+    resumes and completes."""
+    gate = PauseGate(tmp_path, {0: 7})
     bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
         "observability.enabled": "true", "observability.scrape_interval": 1, "observability.hang_timeout": 10,
         "checkpoint.period": 5, "restart.max": 1,
     }))
-    run_id = submit(mxc, bundle)
+    run_id = submit(mxc, bundle, env=gate.env())
     run = run_dir(mxc_home, run_id)
+    victim = gate.wait_paused(0, ranks=2)[1]
     wait_for(lambda: 5 in checkpoints(mxc_home, run_id), 240, "checkpoint 5")
-    victim = wait_for(lambda: next(iter(trainer_pids(run.path, rank=1)), None), 60, "rank 1's trainer")
     os.kill(victim, signal.SIGSTOP)
+    gate.release(0)
 
     final = wait_final(mxc_home, run_id, timeout=300)
     log = run.log.read_text(errors="replace")

@@ -13,8 +13,8 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, Mxc
-from tests.processes import trainer_pids
+from tests.gates import PauseGate, signal_main_thread
 
 pytestmark = pytest.mark.training
 TINY = REPO / "specs" / "tiny.yaml"
@@ -47,31 +47,29 @@ def build(mxc: Mxc, tmp_path: Path, extra: dict[str, Any]) -> str:
     return out.stdout.strip()
 
 
-def run(home: Path, bundle: str, when: str | None = None, signum: int | None = None,
-        wrap: list[str] | None = None, timeout: float = 400) -> tuple[int, Path]:
-    """`mxc run` the bundle; when the log shows ``when``, send ``signum`` to the trainer. (rc, run dir)."""
+def run(home: Path, bundle: str, signum: int | None = None, wrap: list[str] | None = None,
+        timeout: float = 400) -> tuple[int, Path]:
+    """`mxc run` the bundle; with ``signum``, the trainer pauses after step 3 (tests/gates.py) and gets
+    that signal there, on its main thread. Returns (rc, run dir)."""
     env = {**os.environ, "MXC_HOME": str(home)}
+    gate = PauseGate(Path(tempfile.mkdtemp(prefix="gate-", dir=home.parent)), {0: 3})
+    if signum is not None:
+        env.update(gate.env(env))
     argv = [sys.executable, "-m", "mxc", "run", "-q", bundle]
     proc = subprocess.Popen((wrap or []) + argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    stop = threading.Event()
 
-    def watch() -> None:
-        while not stop.is_set():
-            for log in (home / "runs").glob("*/train.log"):
-                if when and when in log.read_text(errors="replace"):
-                    for pid in trainer_pids(log.parent):
-                        os.kill(pid, signum or signal.SIGKILL)
-                    return
-            time.sleep(0.1)
+    def act() -> None:
+        assert signum is not None
+        pid = gate.wait_paused(0, alive=lambda: proc.poll() is None)[0]
+        signal_main_thread(pid, signum)
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    if when:
+    watcher = threading.Thread(target=act, daemon=True)
+    if signum is not None:
         watcher.start()
     try:
         out, _err = proc.communicate(timeout=timeout)
     finally:
-        stop.set()
         if proc.poll() is None:
             proc.kill()
     run_id = out.strip().splitlines()[-1]
@@ -111,7 +109,7 @@ def test_memory_limit(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
 
 def test_killed_process(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
     bundle = build(mxc, tmp_path, {})
-    rc, run_dir = run(mxc_home, bundle, when="completed step: 3,", signum=signal.SIGKILL)
+    rc, run_dir = run(mxc_home, bundle, signum=signal.SIGKILL)
     assert rc == 137
     verdict = triage(mxc, run_dir)
     assert verdict["cause"] == "killed" and verdict["rank"] == 0
@@ -121,7 +119,7 @@ def test_killed_process(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
 
 def test_segfault_keeps_a_core_and_its_native_backtrace(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
     bundle = build(mxc, tmp_path, {})
-    rc, run_dir = run(mxc_home, bundle, when="completed step: 3,", signum=signal.SIGSEGV)
+    rc, run_dir = run(mxc_home, bundle, signum=signal.SIGSEGV)
     assert rc == 139
     verdict = triage(mxc, run_dir)
     assert verdict["cause"] == "native_crash" and verdict["first_error"]["text"] == "Fatal Python error: Segmentation fault"
@@ -130,18 +128,17 @@ def test_segfault_keeps_a_core_and_its_native_backtrace(mxc: Mxc, mxc_home: Path
     core = run_dir / crash["core"]
     assert 0 < core.stat().st_size <= 1024 << 20  # runtime.cores.max_mb (default 1024)
     assert crash["native_frames"][0] == "Program terminated with signal SIGSEGV, Segmentation fault."
-    # faulthandler marks the thread that got the signal; an external SIGSEGV may land on a thread
-    # without Python state (an XLA worker), and then the last listed (main) thread is shown
-    assert verdict["python_stack"][0].startswith(("Current thread 0x", "Thread 0x")), verdict["python_stack"]
+    # the signal went to the main thread (tgkill), paused in Python: faulthandler shows its Python stack
+    assert verdict["python_stack"][0].startswith("Current thread 0x"), verdict["python_stack"]
     assert any(line.startswith("File ") for line in verdict["python_stack"][1:])
     human = mxc("triage", run_dir.name).stdout
     assert "core dump: cores/core.rank-0.attempt-0" in human and "native backtrace: stacks/native.rank-0.attempt-0.txt" in human
 
 
 def test_hang(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
-    """The trainer is stopped (SIGSTOP) after step 3: nothing moves until the train stage's timeout."""
+    """The trainer is stopped (SIGSTOP) at step 3: nothing moves until the train stage's timeout."""
     bundle = build(mxc, tmp_path, {"runtime": {"timeouts": {"train": 45}, "signal_seconds": 10}})
-    rc, run_dir = run(mxc_home, bundle, when="completed step: 3,", signum=signal.SIGSTOP)
+    rc, run_dir = run(mxc_home, bundle, signum=signal.SIGSTOP)
     assert rc == 124
     verdict = triage(mxc, run_dir)
     assert verdict["cause"] == "hang", verdict["title"]
