@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh [--test] - install what mxc needs on a fresh Debian 12 machine (idempotent).
-#   default: a Python 3.12 venv in .venv with mxc and the training/observability stack
-#   --test:  also the system services and tools the test suite starts for real
-#            (Slurm + munge, Prometheus, Podman, a registry, shellcheck, node for CUE)
+#   default: a Python 3.12 venv in .venv with exactly lockfiles/requirements-mxc.txt (hashed), then mxc
+#   --test:  lockfiles/requirements-dev.txt instead (adds the test and lint tools), and the system
+#            services and tools the test suite starts for real (Slurm, Prometheus, Podman, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_test=0
@@ -55,9 +55,19 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv with $python"
   "$python" -m venv .venv
 fi
-extras="train,observe,images"
-[ "$want_test" = 1 ] && extras="$extras,dev"
-log "pip install -e .[$extras] (first time: a few minutes)"
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[$extras]"
+# Exactly the locked environment: every package pinned with its hashes (lockfiles/, made by
+# tools/lock_setup.sh). uv comes first, from its own hashed lock; then `uv pip sync` makes the venv
+# equal to the lock (it removes what the lock lacks), and mxc itself is installed without
+# dependencies and without build isolation (no unpinned build requirement is fetched).
+lock=lockfiles/requirements-mxc.txt
+[ "$want_test" = 1 ] && lock=lockfiles/requirements-dev.txt
+want_uv=$(sed -n 's/^uv==\([^ ]*\).*/\1/p' lockfiles/requirements-bootstrap.txt)
+if [ "$(.venv/bin/uv --version 2>/dev/null | cut -d' ' -f2)" != "$want_uv" ]; then
+  log "pip install uv $want_uv (hashed: lockfiles/requirements-bootstrap.txt)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
+    -r lockfiles/requirements-bootstrap.txt
+fi
+log "uv pip sync $lock (first time: downloads about 1.4 GB)"
+.venv/bin/uv pip sync -q --python .venv/bin/python --require-hashes "$lock"
+.venv/bin/uv pip install -q --python .venv/bin/python --no-deps --no-build-isolation -e .
 log "ready: .venv/bin/mxc"

@@ -17,10 +17,13 @@ from mxc.fsutil import write_atomic
 from mxc.lock.requirements import describe, parse, pin
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# The set-up locks (what scripts/setup.sh installs) are resolved by tools/lock_setup.sh with uv.
+SETUP_LOCKS = frozenset({"requirements-mxc.in", "requirements-dev.in"})
 
 
 def main(argv: list[str]) -> int:
-    sources = [pathlib.Path(a).resolve() for a in argv] or sorted((ROOT / "lockfiles").glob("requirements-*.in"))
+    sources = [pathlib.Path(a).resolve() for a in argv] or sorted(
+        p for p in (ROOT / "lockfiles").glob("requirements-*.in") if p.name not in SETUP_LOCKS)
     for source in sources:
         text = pin(source)
         reqs, problems = parse(text)
