@@ -146,8 +146,9 @@ def test_stale_process_on_this_machine(tmp_path: Path) -> None:
         for child in children:
             child.communicate(b"")
     assert not check.passed
-    assert f"{children[0].pid} (its run ended (succeeded): {ended})" in check.detail
-    assert f"{children[1].pid} " not in check.detail  # its supervisor (this test) is alive
+    stale = dict(item.split(" ", 1) for item in check.detail.split(": ", 1)[1].split(", "))
+    assert stale[str(children[0].pid)] == f"(its run ended (succeeded): {ended})"
+    assert str(children[1].pid) not in stale  # its supervisor (this test) is alive
 
 
 # ---- disk
