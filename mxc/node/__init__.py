@@ -1,0 +1,15 @@
+"""The node program: what runs on each compute node of a job, shipped verbatim in every bundle.
+
+These files are copied as they are into each bundle (and covered by its hash) and run by the
+host's ``python3`` of a compute node, which may be as old as Python 3.8 and has nothing
+installed. So every module here:
+
+- uses the standard library only (never mxc, pydantic, ray, jax or any other package);
+- is written in Python 3.8 syntax and API (``from __future__ import annotations`` first; no
+  ``match``, no ``str.removeprefix``, no ``dict | dict``, no ``functools.cache``...);
+- imports its siblings relatively only (``from . import checkpoints``), because the package is
+  renamed when it is copied into a bundle.
+
+tests/test_node_compat.py enforces these rules on every file of this package, and runs the
+self-test (``python3 -m <package>.selftest``) under the system Python, outside any virtualenv.
+"""

@@ -1,0 +1,114 @@
+"""mxc/node/stacks.py: finding a training's Python processes in /proc, and their stacks with
+py-spy or, without it, faulthandler, from real processes stuck in a known function."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mxc.node import stacks
+
+STUCK = '''
+import sys, threading, time
+
+def stuck_in_collective():
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.5)
+
+threading.Thread(target=lambda: time.sleep(3600), name="data-loader", daemon=True).start()
+stuck_in_collective()
+'''
+
+
+def fake_process(proc: Path, pid: int, pgrp: int, exe: str, state: str = "S") -> None:
+    d = proc / str(pid)
+    d.mkdir(parents=True)
+    (d / "stat").write_text(f"{pid} (pt_main_thread (x)) {state} 1 {pgrp} {pgrp} 0 -1 4194560\n")
+    (d / "exe").symlink_to(exe)
+
+
+def test_python_pids_of_a_process_group(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    fake_process(proc, 100, 100, "/usr/bin/python3.11")  # the trainer, group leader
+    fake_process(proc, 101, 100, "/opt/venv/bin/python")  # a data-loader worker
+    fake_process(proc, 102, 100, "/usr/bin/bash")  # not Python
+    fake_process(proc, 103, 100, "/usr/bin/python3", state="Z")  # exited
+    fake_process(proc, 104, 200, "/usr/bin/python3")  # another group
+    (proc / "105").mkdir()  # vanished while read
+    (proc / "self").mkdir()
+    assert stacks.python_pids(100, proc) == [100, 101]
+    assert stacks.python_pids(300, proc) == []
+
+
+@pytest.fixture
+def stuck(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """A Python process in its own process group, stuck in ``stuck_in_collective``; stderr to a log."""
+    log = tmp_path / "train.log"
+    with open(log, "w") as err:
+        child = subprocess.Popen([sys.executable, "-c", STUCK], stdout=subprocess.PIPE, stderr=err, text=True,
+                                 start_new_session=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    try:
+        yield child, log
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def test_python_pids_of_a_real_group(stuck: tuple[subprocess.Popen[str], Path]) -> None:
+    child, _ = stuck
+    assert stacks.python_pids(child.pid) == [child.pid]
+
+
+def test_py_spy_dump(stuck: tuple[subprocess.Popen[str], Path], tmp_path: Path) -> None:
+    child, _ = stuck
+    tool = stacks.find_py_spy()
+    assert tool is not None, "py-spy is a dependency of mxc (beside the venv's python)"
+    [dump] = stacks.dump_stacks([child.pid], tmp_path / "stacks", "attempt-0", tool=tool)
+    assert dump.ok and dump.method.startswith("py-spy") and dump.path == tmp_path / "stacks" / f"attempt-0-pid{child.pid}.txt"
+    text = dump.path.read_text()
+    assert text.startswith(f"# {tool} dump --pid {child.pid}")
+    assert "stuck_in_collective" in text and "data-loader" in text
+    assert child.poll() is None  # py-spy only reads: the process lives on
+
+
+def test_faulthandler_without_py_spy(stuck: tuple[subprocess.Popen[str], Path], tmp_path: Path) -> None:
+    child, log = stuck
+    [dump] = stacks.dump_stacks([child.pid], tmp_path / "stacks", "hang", log=log, tool=None)
+    assert dump.ok and dump.method == "faulthandler"
+    text = dump.path.read_text()
+    assert text.startswith(f"# faulthandler (SIGABRT to {child.pid}); from the training log\nFatal Python error: Aborted")
+    assert "stuck_in_collective" in text and text.count("Thread 0x") + text.count("Current thread 0x") >= 2
+    assert child.wait() == -signal.SIGABRT
+
+
+def test_py_spy_that_cannot_read_falls_back_to_faulthandler(stuck: tuple[subprocess.Popen[str], Path],
+                                                             tmp_path: Path) -> None:
+    child, log = stuck
+    failing = tmp_path / "py-spy"
+    failing.write_text("#!/bin/sh\necho 'Permission denied (os error 13)' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    [dump] = stacks.dump_stacks([child.pid], tmp_path / "stacks", "hang", log=log, tool=str(failing))
+    assert dump.method == "faulthandler" and dump.ok and "stuck_in_collective" in dump.path.read_text()
+    single = stacks.dump_with_pyspy(4242, tmp_path / "x.txt", str(failing))
+    assert not single.ok and single.path.read_text() == "# py-spy could not read process 4242: Permission denied (os error 13)\n"
+
+
+def test_a_process_that_has_exited(tmp_path: Path) -> None:
+    """Exited but not yet reaped (a zombie, so its pid cannot go to another process meanwhile)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    try:
+        [dump] = stacks.dump_stacks([child.pid], tmp_path, "gone", log=None, tool=None)
+    finally:
+        child.wait()
+    assert not dump.ok and dump.method == "faulthandler"
+    assert dump.path.read_text() == f"# faulthandler (SIGABRT to {child.pid}); from the training log\n"
