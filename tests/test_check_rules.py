@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from mxc.compiler.check import RULES, Lock
@@ -291,7 +293,7 @@ def test_mesh_devices_passes_with_fill() -> None:
     ({"model__overrides__quantization": "te_mxfp8"}, "Blackwell"),
     ({"model__overrides__dtype": "float8_e4m3fn", "resources__constraint": "v100"}, "V100"),
 ])
-def test_fp8_hardware_rejected(changes: dict[str, object], words: str) -> None:
+def test_fp8_hardware_rejected(changes: dict[str, Any], words: str) -> None:
     (f,) = of_rule(check(spec(GPU_SPEC, **changes))[0], "fp8-hardware")
     assert words in f.message and f.severity == "error"
 
@@ -335,6 +337,20 @@ def test_restart_without_checkpoints() -> None:
     (f,) = of_rule(check(spec(GPU_SPEC, checkpoint__period=0))[0], "restart-checkpoint")
     assert f.severity == "warning" and f.key == "restart.max"
     assert not of_rule(check(GPU_SPEC)[0], "restart-checkpoint")
+
+
+# --- notify-destination (the attacks: tests/test_attacks_secrets.py) ---------------------------
+
+def test_notify_api_url_must_be_an_allowed_destination(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MXC_NOTIFY_ALLOWED_URLS", raising=False)
+    telegram = {"format": "telegram", "secret_env": "CHAT_BOT", "chat_id": "-100"}
+    assert not of_rule(check(spec(CPU_SPEC, notify=telegram))[0], "notify-destination")
+    findings, text = check(spec(CPU_SPEC, notify={**telegram, "api_url": "https://bots.example.com"}))
+    (f,) = of_rule(findings, "notify-destination")
+    assert f.severity == "error" and f.line == line_of(text, "api_url") and "MXC_NOTIFY_ALLOWED_URLS" in f.suggestion
+    (w,) = of_rule(check(spec(CPU_SPEC, notify={"format": "slack", "secret_env": "CHAT_HOOK",
+                                                "api_url": "https://bots.example.com"}))[0], "notify-destination")
+    assert w.severity == "warning" and "telegram format only" in w.message
 
 
 # --- schema --------------------------------------------------------------------------------

@@ -16,70 +16,27 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from mxc.compiler.notify_policy import ALLOWED_URLS_ENV
 from mxc.runtime import notify
 from mxc.runtime.notify import NotifyConfig, send
 from tests.conftest import REPO, Mxc
 from tests.gates import PauseGate
+from tests.webhook_server import Hook, encodings, serve
 
 TINY = REPO / "specs" / "tiny.yaml"
 TOKEN = "123456789:AAH-s3cr3t-T0ken-abcdefghijklmnopqrstu"
 
 
-@dataclass
-class Hook:
-    """A webhook receiver: records every POST; ``status`` makes it fail, ``stall`` makes it hold the
-    answer until the test ends (``answered`` tells whether it ever answered)."""
-
-    port: int
-    posts: list[dict[str, Any]] = field(default_factory=list)
-    status: int = 200
-    reply: bytes = b"ok"
-    stall: bool = False
-    released: threading.Event = field(default_factory=threading.Event)
-    answered: threading.Event = field(default_factory=threading.Event)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def bodies(self) -> list[dict[str, Any]]:
-        return [json.loads(p["body"]) for p in self.posts]
-
-
 @pytest.fixture
 def hook() -> Iterator[Hook]:
-    state = Hook(port=0)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", 0))
-            body = self.rfile.read(length).decode()
-            state.posts.append({"path": self.path, "body": body, "type": self.headers.get("Content-Type")})
-            if state.stall:
-                state.released.wait()
-            self.send_response(state.status)
-            self.end_headers()
-            self.wfile.write(state.reply)
-            state.answered.set()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # a free port, picked by the kernel
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    state.released.set()
-    server.shutdown()
-    server.server_close()
+    with serve() as state:
+        yield state
 
 
 def closed_port() -> int:
@@ -94,7 +51,7 @@ def closed_port() -> int:
 def test_slack_and_mattermost_post_json_text_to_the_secret_url(hook: Hook) -> None:
     secret = hook.url("/hooks/abcdefghijklmnopqrstuvwxyz")
     for fmt in ("slack", "mattermost"):
-        result = send(NotifyConfig(format=fmt, secret_env="CHAT_HOOK"), "hello", env={"CHAT_HOOK": secret})
+        result = send(NotifyConfig(format=fmt, secret_env="CHAT_HOOK"), "hello", env={"CHAT_HOOK": secret, **hook.allow()})
         assert result.ok and result.status == 200, result
     slack, mattermost = hook.bodies()
     assert slack == {"text": "hello"}
@@ -106,13 +63,14 @@ def test_slack_and_mattermost_post_json_text_to_the_secret_url(hook: Hook) -> No
 def test_telegram_uses_the_bot_api_with_the_token_from_a_file(hook: Hook, tmp_path: Path) -> None:
     token_file = tmp_path / "bot-token"
     token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
     config = NotifyConfig(format="telegram", secret_file=str(token_file), chat_id="-1001234", api_url=hook.url(""))
     hook.reply = b'{"ok": true, "result": {}}'
-    assert send(config, "training done").ok
+    assert send(config, "training done", env=hook.allow()).ok
     assert hook.posts[0]["path"] == f"/bot{TOKEN}/sendMessage"
     assert hook.bodies()[0] == {"chat_id": "-1001234", "text": "training done", "disable_web_page_preview": True}
     hook.reply = b'{"ok": false, "description": "Bad Request: chat not found"}'
-    result = send(config, "again")
+    result = send(config, "again", env=hook.allow())
     assert not result.ok and result.error == "Bad Request: chat not found"
 
 
@@ -120,14 +78,16 @@ def test_telegram_uses_the_bot_api_with_the_token_from_a_file(hook: Hook, tmp_pa
 def test_a_failed_alert_is_a_result_never_an_exception_and_never_shows_the_secret(hook: Hook, case: str,
                                                                                    tmp_path: Path) -> None:
     secret = hook.url("/hooks/zyxwvutsrqponmlkjihgfedcba")
-    env = {"CHAT_HOOK": secret}
+    env = {"CHAT_HOOK": secret, **hook.allow()}
     config = NotifyConfig(format="slack", secret_env="CHAT_HOOK", timeout=0.5)
     if case == "http500":
         hook.status, hook.reply = 500, f"internal error for {secret}".encode()
     elif case == "closed_port":
-        env["CHAT_HOOK"] = secret = f"http://127.0.0.1:{closed_port()}/hooks/zyxwvutsrqponmlkjihgfedcba"
+        port = closed_port()
+        env["CHAT_HOOK"] = secret = f"http://127.0.0.1:{port}/hooks/zyxwvutsrqponmlkjihgfedcba"
+        env[ALLOWED_URLS_ENV] = f"http://127.0.0.1:{port}"
     elif case == "timeout":
-        hook.stall = True
+        hook.hold = threading.Event()  # the server answers only after send() gave up: its timeout fired
     elif case == "missing_env":
         env = {}
     elif case == "missing_file":
@@ -135,15 +95,22 @@ def test_a_failed_alert_is_a_result_never_an_exception_and_never_shows_the_secre
     elif case == "not_a_url":
         env["CHAT_HOOK"] = secret = "xoxb-not-a-url-0123456789"
     result = send(config, "hi", env=env)
+    if hook.hold is not None:  # send gave up on its own: the server had not answered when it returned
+        assert not hook.answered.is_set()
+        assert hook.arrived.wait(60) and len(hook.posts) == 1
+        hook.hold.set()
     assert not result.ok and result.error
-    if case == "timeout":  # send gave up on its own: the server never answered before it returned
-        assert not hook.answered.is_set() and len(hook.posts) == 1
-        assert "timed out" in str(result), result
     assert secret not in str(result) and "zyxwvutsrqponmlkjihgfedcba" not in str(result)
     if case == "http500":
         assert result.status == 500 and "***" in str(result)
+    if case == "timeout":
+        assert "timed out" in str(result)
     if case == "missing_env":
         assert str(result) == "failed: environment variable CHAT_HOOK (notify.secret_env) is not set"
+    if case == "not_a_url":
+        assert str(result) == "failed: the secret in $CHAT_HOOK was not sent: it is not a slack webhook URL " \
+                              "(a plain http(s) URL)"
+        assert not hook.posts
 
 
 def test_each_event_is_sent_once(hook: Hook, tmp_path: Path) -> None:
@@ -156,6 +123,7 @@ def test_each_event_is_sent_once(hook: Hook, tmp_path: Path) -> None:
                        started="2026-01-01T00:00:00Z")
     spec = {"name": "t", "notify": {"format": "slack", "secret_env": "CHAT_HOOK", "events": ["start", "finish"]}}
     os.environ["CHAT_HOOK"] = hook.url("/hooks/abcdefghijklmnopqrstuvwxyz")
+    os.environ[ALLOWED_URLS_ENV] = hook.base
     try:
         notify.notify_transition(spec, run, None, record)
         notify.notify_transition(spec, run, None, record)  # a second refresh sees the same change
@@ -164,7 +132,7 @@ def test_each_event_is_sent_once(hook: Hook, tmp_path: Path) -> None:
         failed = record.model_copy(update={"status": "failed", "final": True})
         notify.notify_transition(spec, run, record, failed)  # 'failure' is not in events, and the end went out
     finally:
-        del os.environ["CHAT_HOOK"]
+        del os.environ["CHAT_HOOK"], os.environ[ALLOWED_URLS_ENV]
     texts = [b["text"] for b in hook.bodies()]
     assert len(texts) == 2 and "started on slurm" in texts[0] and "succeeded" in texts[1]
     assert (run.path / "notify.sent").read_text().split() == ["start", "end"]
@@ -188,7 +156,7 @@ def _spec(tmp_path: Path, extra: dict[str, Any]) -> Path:
     ({"description": f"bot {TOKEN}"}, "description: 'description' looks like a Telegram bot token"),
     ({"code": {"maxtext_version": None, "repo": "https://user:hunter2pass@example.com/maxtext.git",
                "commit": "0" * 40}}, "looks like a URL with a password in it"),
-    ({"notify": {"format": "slack", "secret_env": "MXC_SLACK"}}, "would be written into the run record"),
+    ({"notify": {"format": "slack", "secret_env": "MXC_SLACK"}}, "MXC_* variables belong to mxc itself"),
     ({"notify": {"format": "slack"}}, "name exactly one of notify.secret_env or notify.secret_file"),
     ({"notify": {"format": "slack", "secret_env": "A", "secret_file": "/x"}}, "name exactly one of"),
     ({"notify": {"format": "telegram", "secret_env": "BOT"}}, "chat_id: the telegram format needs notify.chat_id"),
@@ -207,7 +175,7 @@ def test_a_spec_holding_a_secret_or_a_bad_notify_section_is_refused(mxc: Mxc, mx
 def test_notify_test_command(mxc: Mxc, hook: Hook, tmp_path: Path) -> None:
     secret = hook.url("/hooks/abcdefghijklmnopqrstuvwxyz")
     spec = _spec(tmp_path, {"notify": {"format": "mattermost", "secret_env": "CHAT_HOOK"}})
-    out = mxc("notify", "test", "--spec", str(spec), env={"CHAT_HOOK": secret})
+    out = mxc("notify", "test", "--spec", str(spec), env={"CHAT_HOOK": secret, **hook.allow()})
     assert out.returncode == 0, out.stderr
     assert "test alert sent (HTTP 200) to the mattermost webhook from $CHAT_HOOK" in out.stderr
     body = hook.bodies()[0]
@@ -215,7 +183,7 @@ def test_notify_test_command(mxc: Mxc, hook: Hook, tmp_path: Path) -> None:
     assert secret not in out.stdout + out.stderr
 
     hook.status = 403
-    out = mxc("notify", "test", "--spec", str(spec), "--json", env={"CHAT_HOOK": secret})
+    out = mxc("notify", "test", "--spec", str(spec), "--json", env={"CHAT_HOOK": secret, **hook.allow()})
     assert out.returncode == 1
     data = json.loads(out.stdout)
     assert data["ok"] is False and data["status"] == 403 and data["secret_from"] == "$CHAT_HOOK"
@@ -262,20 +230,40 @@ print(json.dumps({{"run": record.run_id, "bundle": str(stored.path)}}))
     return RunRecord.load(run / "record.json"), run, Path(out["bundle"]), proc.stdout + proc.stderr
 
 
-def _secret_nowhere(secret: str, *places: Path, text: str = "") -> None:
-    assert secret not in text
+def _secret_nowhere(secrets: list[str], *places: Path, text: str = "") -> None:
+    """No secret (nor its secret parts) in ``text`` or any file under ``places``, in any encoding a
+    server or library could produce (tests/webhook_server.py encodings)."""
+    forms = {f"{secret[:10]}... as {name}": form.encode() for secret in secrets
+             for name, form in encodings(secret).items()}
+    blobs = {"mxc's output": text.encode()}
     for place in places:
         files = [place] if place.is_file() else [p for p in place.rglob("*") if p.is_file()]
-        for f in files:
-            assert secret.encode() not in f.read_bytes(), f"the secret leaked into {f}"
+        blobs.update({str(f): f.read_bytes() for f in files})
+    assert len(blobs) > 5
+    leaks = [f"{what} in {where}" for where, blob in blobs.items() for what, form in forms.items()
+             if form in blob or (what.endswith(("hex", "HEX")) and form.lower() in blob.lower())]
+    assert leaks == []
+
+
+def _webhook_secrets(url: str) -> list[str]:
+    """The webhook URL and its parts that are secret on their own (the path, the key)."""
+    path = url.split("://", 1)[1].split("/", 1)[1]
+    return [url, "/" + path, path.rsplit("/", 1)[-1]]
+
+
+LEAKY_ENV = {"TF_TOKEN_app_terraform_io": "abcdefghijklmnop.atlasv1.qrstuvwxyz0123456789",
+             "TF_VAR_db_password": "hunter2hunter2", "HF_TOKEN": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"}
 
 
 @pytest.mark.training
 def test_a_failing_run_alerts_start_and_failure_with_the_triage_cause(hook: Hook, mxc_home: Path, tmp_path: Path) -> None:
-    secret = hook.url("/hooks/abcdefghijklmnopqrstuvwxyz")
+    """The webhook answers 400 echoing the request path in every encoding (so notify.log gets the echo, redacted);
+    the environment holds other credentials too: none of it reaches the bundle, the run directory or the output."""
+    secret = hook.url("/hooks/q7w3e9r1t5y2u8i4o6p0asdzxc")
+    hook.echo, hook.status = "all", 400
     spec = _spec(tmp_path, {"env": {"xla_flags": {"xla_bogus_flag": 1}}, "runtime": {"preflight": {"stale_processes": False}},
                             "notify": {"format": "slack", "secret_env": "CHAT_WEBHOOK_URL"}})
-    record, run, bundle, output = _run_local(mxc_home, spec, {"CHAT_WEBHOOK_URL": secret})
+    record, run, bundle, output = _run_local(mxc_home, spec, {"CHAT_WEBHOOK_URL": secret, **hook.allow(), **LEAKY_ENV})
     assert record.status == "failed"
     texts = [b["text"] for b in hook.bodies()]
     assert len(texts) == 2, texts
@@ -283,17 +271,20 @@ def test_a_failing_run_alerts_start_and_failure_with_the_triage_cause(hook: Hook
     assert f"run {record.run_id}" in texts[1] and "failed (exit 1)" in texts[1]
     assert "cause: unknown XLA flag on rank 0" in texts[1] and "--xla_bogus_flag=1" in texts[1]
     log = (run / "notify.log").read_text()
-    assert "start: slack via $CHAT_WEBHOOK_URL: sent (HTTP 200)" in log and "failure: slack" in log
-    _secret_nowhere(secret, bundle, run, text=output)
-    assert "CHAT_WEBHOOK_URL" not in json.loads((run / "record.json").read_text())["environment"]
+    assert "start: slack via $CHAT_WEBHOOK_URL: failed: Bad Request: " in log and "failure: slack" in log
+    assert "quote_plus: *** |" in log  # the echo was there, and redacted
+    _secret_nowhere([*_webhook_secrets(secret), *LEAKY_ENV.values()], bundle, run, text=output)
+    environment = json.loads((run / "record.json").read_text())["environment"]
+    assert "CHAT_WEBHOOK_URL" not in environment and not set(LEAKY_ENV) & set(environment)
+    assert environment["MXC_RUN_DIR"] == str(run)
 
 
 @pytest.mark.training
 def test_a_dead_webhook_never_fails_a_run_and_restarts_are_alerted(hook: Hook, mxc_home: Path, tmp_path: Path) -> None:
     """The first attempt is killed at step 3 (SIGKILL) and restarts from checkpoint 0; the webhook
     answers 500 to everything: the run still succeeds, notify.log says why each alert failed."""
-    secret = hook.url("/hooks/abcdefghijklmnopqrstuvwxyz")
-    hook.status = 500
+    secret = hook.url("/hooks/q7w3e9r1t5y2u8i4o6p0asdzxc")
+    hook.status, hook.echo = 500, "all"
     spec = _spec(tmp_path, {"model": {"overrides": {"steps": 12, "learning_rate_schedule_steps": 12}},
                             "checkpoint": {"period": 5}, "restart": {"max": 1},
                             "runtime": {"preflight": {"stale_processes": False}},
@@ -306,12 +297,13 @@ def test_a_dead_webhook_never_fails_a_run_and_restarts_are_alerted(hook: Hook, m
 
     killer = threading.Thread(target=kill_first_attempt, daemon=True)
     killer.start()
-    record, run, bundle, output = _run_local(mxc_home, spec, {"CHAT_WEBHOOK_URL": secret, **gate.env()})
+    record, run, bundle, output = _run_local(mxc_home, spec, {"CHAT_WEBHOOK_URL": secret, **hook.allow(), **gate.env()})
     killer.join(timeout=60)
     assert record.status == "succeeded" and record.restarts == 1, record.message
     texts = [b["text"] for b in hook.bodies()]
-    assert [re.match(r"mxc: run \S+ \(tiny\) (\w+)", t)[1] for t in texts] == ["started", "restarting", "succeeded"], texts
+    words = [m[1] if (m := re.match(r"mxc: run \S+ \(tiny\) (\w+)", t)) else t for t in texts]
+    assert words == ["started", "restarting", "succeeded"], texts
     assert "after exit 137 (SIGKILL)" in texts[1] and "resuming from checkpoint" in texts[1]
     log = (run / "notify.log").read_text().splitlines()
     assert len(log) == 3 and all("failed: Internal Server Error" in line and line.endswith("(HTTP 500)") for line in log), log
-    _secret_nowhere(secret, bundle, run, text=output)
+    _secret_nowhere(_webhook_secrets(secret), bundle, run, text=output)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
+from mxc.compiler.notify_policy import secret_env_problem
 from mxc.compiler.secretscan import find_secrets
 
 SCHEMA_VERSION = "mxc/v1"
@@ -221,12 +222,6 @@ class Restart(Strict):
 
 NotifyEvent = Literal["start", "finish", "failure", "hang", "restart"]
 NOTIFY_EVENTS: tuple[NotifyEvent, ...] = ("start", "finish", "failure", "hang", "restart")
-# Variables mxc writes into record.json (mxc/runtime/backends.py RECORDED_ENV_PREFIXES): a secret
-# kept in one of them would be recorded, so notify.secret_env must not use these prefixes.
-RECORDED_ENV_PREFIXES = (
-    "MXC_", "XLA_", "JAX_", "TF_", "NCCL_", "RCCL_", "NVTE_", "HSA_", "HIP_", "ROCR_", "CUDA_", "GPU_",
-    "LIBTPU", "OMP_", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "PATH",
-)
 
 
 class Notify(Strict):
@@ -237,14 +232,17 @@ class Notify(Strict):
     """
 
     format: Literal["slack", "mattermost", "telegram"] = Field(description="message format of the webhook")
-    secret_env: EnvName | None = Field(None, description="environment variable holding the webhook URL or bot token")
+    secret_env: EnvName | None = Field(
+        None, description="environment variable holding the webhook URL or bot token; its name says so "
+        "(contains HOOK, BOT, SLACK, MATTERMOST, TELEGRAM, CHAT, NOTIFY or ALERT)",
+    )
     secret_file: str | None = Field(
-        None, min_length=1, description="file holding the webhook URL or bot token (~ expands; keep it mode 600)"
+        None, min_length=1, description="file holding the webhook URL or bot token (~ expands; a regular file of yours, mode 600)"
     )
     chat_id: str | None = Field(None, pattern=r"^(-?\d+|@[A-Za-z0-9_]{5,})$", description="Telegram chat id or @channel")
     api_url: str = Field(
         "https://api.telegram.org", pattern=r"^https?://[^\s/@]+(:\d+)?(/[^\s]*)?$",
-        description="Telegram Bot API server (a self-hosted one, or a local test server)",
+        description="Telegram Bot API server: the official one, or one the operator allows in $MXC_NOTIFY_ALLOWED_URLS",
     )
     events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS), description="which events alert")
     timeout: float = Field(5.0, gt=0, le=60, description="seconds an alert may take; a failed alert never fails the run")
@@ -253,11 +251,11 @@ class Notify(Strict):
     def _where_the_secret_is(self) -> Self:
         if (self.secret_env is None) == (self.secret_file is None):
             raise ValueError("secret_env: name exactly one of notify.secret_env or notify.secret_file (where the secret is)")
-        if self.secret_env and self.secret_env.startswith(RECORDED_ENV_PREFIXES):
-            raise ValueError(f"secret_env: '{self.secret_env}' would be written into the run record (mxc records "
-                             "variables starting with " + ", ".join(RECORDED_ENV_PREFIXES[:4]) + ", ...); use another name")
         if self.format == "telegram" and not self.chat_id:
             raise ValueError("chat_id: the telegram format needs notify.chat_id")
+        problem = secret_env_problem(self.secret_env) if self.secret_env else None
+        if problem:
+            raise ValueError(f"secret_env: {problem} (docs/alerts.md)")
         return self
 
 

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from mxc.errors import UserError
 from mxc.runtime.hooks import Launcher, RunObserver
+from mxc.runtime.provenance import environment
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir, new_run_id
 from mxc.store import StoredBundle
@@ -32,12 +33,6 @@ BACKENDS: dict[str, str] = {
     "slurm": "mxc.runtime.slurm.backend:SlurmBackend",
 }
 
-# Inherited variables worth recording (they change what training does); the rest of the
-# environment (secrets, terminal settings) is passed through but not written down.
-RECORDED_ENV_PREFIXES = (
-    "MXC_", "XLA_", "JAX_", "TF_", "NCCL_", "RCCL_", "NVTE_", "HSA_", "HIP_", "ROCR_", "CUDA_", "GPU_",
-    "LIBTPU", "OMP_", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "PATH",
-)
 DEFAULT_PYTHON = "python3"  # the spec schema's default for runtime.python
 
 
@@ -140,8 +135,9 @@ def training_python(spec: Mapping[str, Any]) -> str:
     return shutil.which(configured) or configured
 
 
-def recorded_environment(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in sorted(env.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
+def recorded_environment(env: Mapping[str, str], spec: Mapping[str, Any]) -> dict[str, str]:
+    """The variables a run record keeps: exact names only, secrets left out (mxc/runtime/provenance/environment.py)."""
+    return environment.recorded_environment(env, spec)
 
 
 def extensions(spec: Mapping[str, Any]) -> tuple[Launcher | None, list[RunObserver]]:

@@ -21,7 +21,7 @@ from mxc.compiler.errors import SpecErrors
 from mxc.compiler.loader import Loaded, Path
 from mxc.compiler.resolve import line_of
 from mxc.compiler.schema import Checkpoint, Env, JobSpec, Model, Restart
-from mxc.compiler.secretscan import secret_shape
+from mxc.compiler.secretscan import secret_pair, secret_shape
 from mxc.compiler.validate import validate
 
 
@@ -128,13 +128,18 @@ def _secret(text: str) -> bool:
     return secret_shape(text) is not None
 
 
+@lru_cache(maxsize=65536)
+def _secret_value(key: str, value: str) -> bool:
+    return secret_pair(key, value) is not None
+
+
 def _fast_validate(base: _Base, data: dict[str, Any], combo: Combination, sections: frozenset[str]) -> JobSpec | None:
     """The combination's spec from the validated base and its re-validated sections; None when
     only a full validation can tell (it then also produces the error messages)."""
     if base.spec is None or not sections <= _FAST_SECTIONS.keys() or not all(s in data for s in sections):
         return None
     for path, value in combo.changes:
-        if _secret(str(path[-1])) or (isinstance(value, str) and _secret(value)):
+        if _secret(str(path[-1])) or (isinstance(value, str) and _secret_value(str(path[-1]), value)):
             return None
     try:
         updates = {s: _FAST_SECTIONS[s].model_validate(data[s]) for s in sections}

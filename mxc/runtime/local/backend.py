@@ -69,7 +69,7 @@ class LocalBackend:
         env.update(plan.env)
         record = RunRecord(
             run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend="local",
-            status="starting", started=now_iso(), command=plan.command, environment=recorded_environment(env),
+            status="starting", started=now_iso(), command=plan.command, environment=recorded_environment(env, spec),
             code=hostfacts.code_facts(spec, {}, code), rerun_of=request.rerun_of,
             image=hostfacts.image_facts(spec, {}, hostfacts.lockfile_digest(request.bundle.path)),
         )

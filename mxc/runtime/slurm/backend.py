@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mxc.compiler.secretscan import redact_secrets
 from mxc.errors import UserError
 from mxc.runtime.backends import DEFAULT_PYTHON, Plan, RunRequest, allocate_run_dir, recorded_environment
 from mxc.runtime.metrics_merge import write_merged
+from mxc.runtime.provenance.environment import scrubbed
 from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.slurm import events as slurm_events
@@ -134,11 +136,11 @@ class SlurmBackend:
         exports = job_exports(request, run)
         record = RunRecord(
             run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend="slurm",
-            status="submitted", started=now_iso(), command=plan.command,
-            environment=recorded_environment({**os.environ, **exports}),
+            status="submitted", started=now_iso(), command=[redact_secrets(arg) for arg in plan.command],
+            environment=recorded_environment({**os.environ, **exports}, spec),
             code=pinned.as_record() if pinned else _code_facts(spec), image=_image_facts(spec),
             rerun_of=request.rerun_of,
-            slurm={"jobs": [], "exports": exports, "partition": spec.get("resources", {}).get("partition"),
+            slurm={"jobs": [], "exports": scrubbed(exports), "partition": spec.get("resources", {}).get("partition"),
                    "restart_max": int(spec.get("restart", {}).get("max", 0))},
         )
         record.tensorboard = str(run.tensorboard() / run.run_id)
