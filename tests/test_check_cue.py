@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from mxc import cue
-from mxc.build import read_file
 from mxc.compiler.check.cue_schema import job_spec_cue
 from mxc.compiler.pipeline import resolve_spec
+from mxc.specfiles import read_spec
 from tests.conftest import REPO, RUNNABLE_SPECS, Mxc
 
 SCHEMA = REPO / "specs" / "schema.cue"
@@ -32,7 +32,7 @@ def test_valid_cue_spec_passes_and_equals_its_yaml_twin(mxc: Mxc) -> None:
     (result,) = cue.export_specs(SCHEMA, [REPO / "specs" / "tiny.cue"])
     assert result.errors == [] and result.json_text
     exported = json.loads(result.json_text)
-    tiny, _ = resolve_spec("specs/tiny.yaml", read_file)
+    tiny, _ = resolve_spec("specs/tiny.yaml", read_spec)
     expected = tiny.model_dump(mode="json", by_alias=True, exclude_unset=True)
     for key in ("name", "description"):
         exported.pop(key)

@@ -17,12 +17,9 @@ from mxc.compiler.lockfile import Lock, parse_lock
 from mxc.errors import UserError
 from mxc.lock.paths import lock_path, project_root, relative, shown
 from mxc.lock.requirements import parse, sha256_file
+from mxc.specfiles import SpecFiles
 
 RELOCK = "run: mxc lock {spec}, then review the lockfile diff"
-
-
-def _read(path: str) -> bytes:
-    return Path(path).read_bytes()
 
 
 def environment_problems(spec: Path, lock: Lock, name: str) -> list[SpecError]:
@@ -69,7 +66,7 @@ def compile_locked(spec: str, overrides: tuple[str, ...] = (), lockfile: str | N
     path, lock = load_lock(spec_path, Path(lockfile) if lockfile else None)
     problems = environment_problems(spec_path, lock, shown(path))
     try:
-        bundle = compile_spec(spec, _read, overrides, mxc_version=__version__, lock=(shown(path), lock))
+        bundle = compile_spec(spec, SpecFiles.for_spec(spec), overrides, mxc_version=__version__, lock=(shown(path), lock))
     except SpecErrors as exc:
         raise SpecErrors([*problems, *exc.errors]) from None
     if problems:
