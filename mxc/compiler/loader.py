@@ -69,8 +69,13 @@ class _Refused(Exception):
         self.suggestion = suggestion
 
 
+class _Refusal(yaml.MarkedYAMLError):
+    """Valid YAML that mxc refuses (aliases, tags, too deep, too many values), told apart from a
+    syntax error: a ``--set`` value that is not YAML is taken literally, a refused one is an error."""
+
+
 def _problem(mark: Any, problem: str) -> yaml.MarkedYAMLError:
-    return yaml.MarkedYAMLError(problem=problem, problem_mark=mark)
+    return _Refusal(problem=problem, problem_mark=mark)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -279,31 +284,34 @@ def check_scalar(value: Any) -> Any:
     raise _Refused(f"unsupported value of type {type(value).__name__}")
 
 
-def parse_value(name: str, text: str) -> Any:
-    """A ``--set`` value, read with the same rules as a spec (so ``20`` is an int, ``a b`` a string)."""
+def parse_value(name: str, text: str, path: Path = ()) -> Any:
+    """A ``--set`` value, read with the same rules as a spec (so ``20`` is an int, ``a b`` a string);
+    errors name ``path`` (the key being set) and no line."""
     if text.strip() == "":
         return ""
-    loader = _StrictLoader(text) if _BAD_TEXT.search(text) is None else None
-    node = None
-    if loader is not None:
-        try:
-            node = loader.get_single_node()
-        except yaml.YAMLError:
-            loader.dispose()
-            loader = None
-    if loader is None:  # not YAML: take it literally
-        try:
-            return check_scalar(text)
-        except _Refused as exc:
-            raise SpecErrors.one(name, None, "", exc.message, exc.suggestion) from None
-    assert loader is not None
-    loader.dispose()
-    if node is None:
-        return None
     errors: list[SpecError] = []
-    value = _build(node, (), name, {}, errors, loader)
+    value: Any = text  # not YAML: take it literally
+    loader = _StrictLoader(text) if _BAD_TEXT.search(text) is None else None
+    try:
+        node = loader.get_single_node() if loader is not None else None
+        if loader is not None:
+            value = None if node is None else _build(node, path, name, {}, errors, loader)
+        else:
+            value = check_scalar(text)
+    except _Refusal as exc:
+        errors.append(SpecError(name, None, _dotted(path), exc.problem or "invalid YAML"))
+    except _Refused as exc:
+        errors.append(SpecError(name, None, _dotted(path), exc.message, exc.suggestion))
+    except yaml.YAMLError:
+        try:
+            value = check_scalar(text)
+        except _Refused as exc:
+            errors.append(SpecError(name, None, _dotted(path), exc.message, exc.suggestion))
+    finally:
+        if loader is not None:
+            loader.dispose()
     if errors:
-        raise SpecErrors(errors)
+        raise SpecErrors(SpecError(name, None, e.key, e.message, e.suggestion) for e in errors)
     return value
 
 
@@ -316,7 +324,7 @@ def check_key(name: str, key: str) -> None:
 
 
 def load_json(name: str, text: str, lines: dict[Path, tuple[str, int]] | None = None) -> Loaded:
-    """A JSON object (CUE's export of a .cue spec) under the limits and character rules of YAML specs."""
+    """A JSON object (CUE's export of a .cue spec, a lockfile) under the limits and character rules of YAML specs."""
     check_text(name, text)
 
     def bounded_int(literal: str) -> int:
@@ -329,6 +337,8 @@ def load_json(name: str, text: str, lines: dict[Path, tuple[str, int]] | None = 
 
     try:
         data = json.loads(text, parse_int=bounded_int, parse_constant=no_constant)
+    except json.JSONDecodeError as exc:
+        raise SpecErrors.one(name, exc.lineno, "", f"not valid JSON: {exc.msg}") from None
     except RecursionError:
         raise SpecErrors.one(name, None, "", f"nested deeper than {limits.MAX_DEPTH} levels") from None
     except ValueError as exc:

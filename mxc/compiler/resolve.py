@@ -67,7 +67,7 @@ def _counted(read: Reader) -> Reader:
 def load_file(path: str, read: Reader, referrer: tuple[str, int] | None = None) -> Loaded:
     """One file, read and parsed (its ``extends`` left as data); a problem reading it is a SpecError
     at ``referrer`` (the ``extends`` line that named it) or at the file itself."""
-    file, line = referrer or (path, None)  # type: ignore[assignment]
+    file, line = referrer if referrer else (path, None)
     key = "extends" if referrer else ""
     try:
         raw = read(path)
@@ -137,7 +137,7 @@ def _apply_override(doc: Loaded, expr: str) -> None:
         raise SpecErrors.one(SET_SOURCE, None, "", f"a key path deeper than {limits.MAX_DEPTH} levels")
     for part in parts:
         check_key(SET_SOURCE, part)
-    value = parse_value(SET_SOURCE, text)
+    value = parse_value(SET_SOURCE, text, tuple(parts))
     node: Any = doc.data
     for depth, part in enumerate(parts[:-1]):
         child = node.get(part)

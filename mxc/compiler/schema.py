@@ -33,7 +33,7 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,6
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 Scalar = bool | int | float | str
 SlurmTime = Annotated[
-    str, StringConstraints(pattern=r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$|^\d+-\d+$")
+    str, StringConstraints(pattern=r"^(\d{1,6}-)?\d{1,2}(:\d{2}){0,2}$|^\d{1,9}$|^\d{1,6}-\d{1,6}$")
 ]
 Port = Annotated[int, Field(ge=1024, le=65535)]
 # A path that becomes part of an Apptainer --bind or Podman --volume argument: those split on
@@ -53,13 +53,13 @@ SlurmToken = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:@%+=\[\]|
 # default for multi-node runs only when the spec does not set them.
 RESERVED_OVERRIDES: dict[str, str] = {
     "model_name": "use model.model_name",
-    "run_name": "mxc names each run (its run id)",
+    "run_name": "mxc names each run: its run id",
     "base_output_directory": "use checkpoint.dir",
     "metrics_file": "mxc writes metrics into the run directory",
-    "enable_checkpointing": "use checkpoint.period (0 turns checkpointing off)",
+    "enable_checkpointing": "use checkpoint.period; 0 turns checkpointing off",
     "checkpoint_period": "use checkpoint.period",
     "jax_cache_dir": "mxc keeps the JAX compilation cache per run, or in $MXC_JAX_CACHE",
-    "skip_jax_distributed_system": "mxc sets it from resources.nodes (JAX distributed when more than one process)",
+    "skip_jax_distributed_system": "mxc sets it from resources.nodes: JAX distributed when more than one process",
 }
 
 
