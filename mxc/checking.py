@@ -2,7 +2,9 @@
 find their lockfiles, run the pure checker and, with --probe, the real parsers.
 
 A .cue spec is unified with the nearest ``schema.cue`` in its directory or a parent (or a
-parent's ``specs/``), else with the schema generated from this mxc's own spec model.
+parent's ``specs/``) inside its repository, else with the schema generated from this mxc's own
+spec model. Every file is read through mxc/specfiles.py (inside the spec's repository, regular,
+bounded).
 
 Which files are specs: every *.yaml, *.yml and *.cue under a directory argument, except
 ``schema.cue``, sweep files (``matrix: mxc/v1``, checked against their ``spec:``) and partial
@@ -31,7 +33,7 @@ from mxc.compiler.errors import SpecErrors
 from mxc.compiler.loader import Loaded, load_json
 from mxc.compiler.resolve import ReadRefused, load_file, resolve
 from mxc.errors import UserError
-from mxc.specfiles import SpecFiles, read_spec
+from mxc.specfiles import SpecFiles, read_spec, repository_of
 
 SPEC_SUFFIXES = (".yaml", ".yml", ".cue")
 SKIP_DIRS = {"node_modules", ".git", "__pycache__", ".venv"}
@@ -164,7 +166,10 @@ def _cue_lines(node: Any, path: tuple[str | int, ...], text: str, file: str,
 
 
 def _schema_cue(spec: str) -> Path | None:
+    root = repository_of(spec)  # not a schema.cue someone left in a parent outside it (/tmp)
     for parent in Path(spec).resolve().parents:
+        if not parent.is_relative_to(root):
+            break
         candidate = parent / "schema.cue"
         if candidate.is_file():
             return candidate
