@@ -60,7 +60,7 @@ class Loaded:
     lines: dict[Path, tuple[str, int]] = field(default_factory=dict)
 
 
-class _Refused(Exception):
+class _BadValue(Exception):
     """A scalar the loader will not take; becomes a SpecError at its line."""
 
     def __init__(self, message: str, suggestion: str = "") -> None:
@@ -69,13 +69,13 @@ class _Refused(Exception):
         self.suggestion = suggestion
 
 
-class _Refusal(yaml.MarkedYAMLError):
+class _RefusedYAML(yaml.MarkedYAMLError):
     """Valid YAML that mxc refuses (aliases, tags, too deep, too many values), told apart from a
     syntax error: a ``--set`` value that is not YAML is taken literally, a refused one is an error."""
 
 
 def _problem(mark: Any, problem: str) -> yaml.MarkedYAMLError:
-    return _Refusal(problem=problem, problem_mark=mark)
+    return _RefusedYAML(problem=problem, problem_mark=mark)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -199,7 +199,7 @@ def _build(
             line = key_node.start_mark.line + 1
             try:
                 key = _key(key_node, loader)
-            except _Refused as exc:
+            except _BadValue as exc:
                 errors.append(SpecError(name, line, _dotted(path), exc.message, exc.suggestion))
                 continue
             dotted = _dotted((*path, key))
@@ -217,71 +217,71 @@ def _build(
         return [_build(item, (*path, i), name, lines, errors, loader) for i, item in enumerate(node.value)]
     try:
         return _scalar(node, loader)
-    except _Refused as exc:
+    except _BadValue as exc:
         errors.append(SpecError(name, node.start_mark.line + 1, _dotted(path), exc.message, exc.suggestion))
         return None
 
 
 def _key(node: yaml.Node, loader: _StrictLoader) -> str:
     if not isinstance(node, yaml.ScalarNode):
-        raise _Refused("keys must be strings, got a mapping or list as a key")
+        raise _BadValue("keys must be strings, got a mapping or list as a key")
     if node.tag == _MERGE_TAG:
-        raise _Refused("YAML merge keys (<<) are not allowed in mxc specs", "use 'extends' to share settings")
+        raise _BadValue("YAML merge keys (<<) are not allowed in mxc specs", "use 'extends' to share settings")
     key = _scalar(node, loader, check=False)
     if not isinstance(key, str):
-        raise _Refused(f"keys must be strings, got {key!r}", "quote the key")
+        raise _BadValue(f"keys must be strings, got {key!r}", "quote the key")
     _check_key(key)
     return key
 
 
 def _check_key(key: str) -> None:
     if len(key) > limits.MAX_KEY_CHARS:
-        raise _Refused(f"a key longer than {limits.MAX_KEY_CHARS} characters")
+        raise _BadValue(f"a key longer than {limits.MAX_KEY_CHARS} characters")
     bad = _BAD_KEY.search(key)
     if bad:
-        raise _Refused(f"a key with control character {_char_name(bad.group())}: {key!r}")
+        raise _BadValue(f"a key with control character {_char_name(bad.group())}: {key!r}")
 
 
 def _scalar(node: yaml.Node, loader: _StrictLoader, check: bool = True) -> Any:
     assert isinstance(node, yaml.ScalarNode)
     if len(node.value) > limits.MAX_STRING_CHARS:
-        raise _Refused(f"a value longer than {limits.MAX_STRING_CHARS:,} characters")
+        raise _BadValue(f"a value longer than {limits.MAX_STRING_CHARS:,} characters")
     if node.tag in (_VALUE_TAG, _TIMESTAMP_TAG):  # "=" (YAML 1.1's value key) and dates stay the text they are
         return check_scalar(node.value)
     if node.tag in (_INT_TAG, _FLOAT_TAG) and len(node.value) > _MAX_NUMBER_CHARS:
-        raise _Refused(f"a number written with more than {_MAX_NUMBER_CHARS} characters",
+        raise _BadValue(f"a number written with more than {_MAX_NUMBER_CHARS} characters",
                        f"integers have at most {limits.MAX_INT_DIGITS} digits")
     try:
         value = loader.construct_object(node, deep=True)
     except (yaml.YAMLError, ValueError, KeyError, TypeError, OverflowError):
-        raise _Refused("YAML: a value that cannot be read", "quote it to make it a string") from None
+        raise _BadValue("YAML: a value that cannot be read", "quote it to make it a string") from None
     if isinstance(value, (int, float)) and not isinstance(value, bool) and ":" in node.value:
         return node.value  # YAML 1.1 sexagesimal: "02:00:00" is a time, not 7200
     return check_scalar(value) if check else value
 
 
 def check_scalar(value: Any) -> Any:
-    """``value`` when a spec may hold it, else ``_Refused``; shared by YAML, ``--set`` and JSON input."""
+    """``value`` when a spec may hold it, else ``_BadValue``; shared by YAML, ``--set`` and JSON input."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
         if value.bit_length() > 4 * limits.MAX_INT_DIGITS or len(str(abs(value))) > limits.MAX_INT_DIGITS:
-            raise _Refused(f"an integer with more than {limits.MAX_INT_DIGITS} digits")
+            raise _BadValue(f"an integer with more than {limits.MAX_INT_DIGITS} digits")
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _Refused(f"expected a finite number, got {value!r}")
+            raise _BadValue(f"expected a finite number, got {value!r}")
         return value
     if isinstance(value, str):
         if len(value) > limits.MAX_STRING_CHARS:
-            raise _Refused(f"a value longer than {limits.MAX_STRING_CHARS:,} characters")
+            raise _BadValue(f"a value longer than {limits.MAX_STRING_CHARS:,} characters")
         bad = _BAD_VALUE.search(value)
         if bad:
             what = "a lone surrogate" if "\ud800" <= bad.group() <= "\udfff" else "control character"
-            raise _Refused(f"{what} {_char_name(bad.group())} in a value: {value[:80]!r}",
+            raise _BadValue(f"{what} {_char_name(bad.group())} in a value: {value[:80]!r}",
                            "only tab and newline may appear in text")
         return value
-    raise _Refused(f"unsupported value of type {type(value).__name__}")
+    raise _BadValue(f"unsupported value of type {type(value).__name__}")
 
 
 def parse_value(name: str, text: str, path: Path = ()) -> Any:
@@ -298,14 +298,14 @@ def parse_value(name: str, text: str, path: Path = ()) -> Any:
             value = None if node is None else _build(node, path, name, {}, errors, loader)
         else:
             value = check_scalar(text)
-    except _Refusal as exc:
+    except _RefusedYAML as exc:
         errors.append(SpecError(name, None, _dotted(path), exc.problem or "invalid YAML"))
-    except _Refused as exc:
+    except _BadValue as exc:
         errors.append(SpecError(name, None, _dotted(path), exc.message, exc.suggestion))
     except yaml.YAMLError:
         try:
             value = check_scalar(text)
-        except _Refused as exc:
+        except _BadValue as exc:
             errors.append(SpecError(name, None, _dotted(path), exc.message, exc.suggestion))
     finally:
         if loader is not None:
@@ -319,7 +319,7 @@ def check_key(name: str, key: str) -> None:
     """A key that did not come through YAML (a ``--set`` path part) obeys the same rules."""
     try:
         _check_key(key)
-    except _Refused as exc:
+    except _BadValue as exc:
         raise SpecErrors.one(name, None, "", exc.message, exc.suggestion) from None
 
 
@@ -369,7 +369,7 @@ def _check_data(value: Any, path: Path, depth: int, name: str, lines: dict[Path,
         for key, item in value.items():
             try:
                 _check_key(key)
-            except _Refused as exc:
+            except _BadValue as exc:
                 errors.append(SpecError(name, line, _dotted(path), exc.message, exc.suggestion))
                 continue
             _check_data(item, (*path, key), depth + 1, name, lines, errors, counter)
@@ -379,5 +379,5 @@ def _check_data(value: Any, path: Path, depth: int, name: str, lines: dict[Path,
     else:
         try:
             check_scalar(value)
-        except _Refused as exc:
+        except _BadValue as exc:
             errors.append(SpecError(name, line, _dotted(path), exc.message, exc.suggestion))
