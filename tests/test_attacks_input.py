@@ -411,6 +411,14 @@ def test_a_comma_cannot_sneak_a_bind_mount_in(extra: str, key: str) -> None:
     assert f": {key}: expected " in error and "without ',', ':' or whitespace" in error, error
 
 
+def test_an_image_ref_cannot_become_an_option_of_apptainer_or_podman() -> None:
+    files = {**{f"base/{p.name}": p.read_text() for p in (REPO / "specs" / "base").glob("*.yaml")},
+             "70b.yaml": (REPO / "specs" / "70b.yaml").read_text()}
+    for ref in ["--bind=/etc:/x.sif", "a b.sif"]:
+        (error,) = errors_of({**files, "spec.yaml": f"extends: 70b.yaml\nimage:\n  ref: {json.dumps(ref)}\n"})
+        assert "image.ref: expected an image reference or .sif path" in error, error
+
+
 def test_plain_mounts_and_checkpoint_dirs_still_build() -> None:
     compile_files(tiny_with("runtime:\n  mounts: ['/data:/data', '/models:/models:ro']\ncheckpoint:\n  dir: /shared/ckpt\n"))
 

@@ -70,7 +70,9 @@ class Strict(BaseModel):
 class Image(Strict):
     """The container image, pinned by content digest (a tag alone can move)."""
 
-    ref: str = Field(min_length=1, description="Image reference or .sif path, e.g. docker.io/rocm/jax-training:maxtext-v25.9")
+    # Not starting with '-': apptainer exec and podman run take it as an argument, where it would be an option.
+    ref: str = Field(pattern=r"^[^\s-][^\s]*$",
+                     description="Image reference or .sif path, e.g. docker.io/rocm/jax-training:maxtext-v25.9")
     digest: Digest = Field(
         description="sha256:<64 hex> of the image manifest (or of the .sif file); `mxc lock` resolves it from the tag"
     )

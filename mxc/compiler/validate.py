@@ -66,6 +66,7 @@ _PATTERN_HINTS = {
     "jaxlib_version": "expected a version such as 0.12.0.1",
     "mounts": "expected /host:/container or /host:/container:ro, absolute paths without ',', ':' or whitespace "
               "(Apptainer reads a ',' as the start of another, read-write mount)",
+    "ref": "expected an image reference or .sif path: no whitespace, not starting with '-'",
     "dir": "expected an absolute path without ',', ':' or whitespace (it is bound into containers as is)",
 }
 
