@@ -111,8 +111,9 @@ def input_rules() -> list[str]:
         "`hardware` and `enable_autocheckpoint` are the spec's to set: mxc adds `hardware=gpu` and (with",
         "checkpointing) `enable_autocheckpoint=true` to multi-node runs only when the spec does not set them.",
         "",
-        "**Container paths**: `runtime.mounts` and `checkpoint.dir` hold no `,` (Apptainer's `--bind` would",
-        "read a second, read-write mount after it), no `:` inside a path, and no whitespace.",
+        "**Container arguments**: `runtime.mounts` and `checkpoint.dir` hold no `,` (Apptainer's `--bind` would",
+        "read a second, read-write mount after it), no `:` inside a path, and no whitespace; `image.ref` does not",
+        "start with `-` (`apptainer exec` and `podman run` would take it as an option).",
         "",
     ]
     return lines
