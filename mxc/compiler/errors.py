@@ -7,8 +7,26 @@ A ``SpecError`` is a problem in the user's input, never a bug in mxc: the CLI pr
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+# Characters that would let an echoed user string start a new line, move the cursor, recolour
+# or reorder the terminal (C0/C1 controls, DEL, Unicode line separators, bidi overrides), or
+# not encode at all (lone surrogates).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SHORT_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character escaped as Python would write it (``\\n``, ``\\x1b``,
+    ``\\u202e``): an error about a hostile key stays one line and cannot forge another."""
+
+    def escape(match: re.Match[str]) -> str:
+        char = match.group()
+        return _SHORT_ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+    return _UNPRINTABLE.sub(escape, text)
 
 
 @dataclass(frozen=True)
@@ -23,7 +41,7 @@ class SpecError:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         key = f" {self.key}:" if self.key else ""
         hint = f" ({self.suggestion})" if self.suggestion else ""
-        return f"{where}:{key} {self.message}{hint}"
+        return printable(f"{where}:{key} {self.message}{hint}")
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -9,13 +9,13 @@ bundle hash covers it. This module is pure: parsing, checking and applying, no I
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from mxc.compiler.errors import SpecError, SpecErrors
-from mxc.compiler.loader import Loaded
+from mxc.compiler.loader import Loaded, load_json
 from mxc.compiler.render import canonical_json
 from mxc.compiler.resolve import line_of
 from mxc.compiler.schema import Commit, Digest
@@ -73,9 +73,9 @@ class Lock(_Strict):
 def parse_lock(name: str, text: str) -> Lock:
     """Read a lockfile's text; problems become SpecErrors naming the file."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecErrors.one(name, exc.lineno, "", f"not valid JSON: {exc.msg}", "rewrite it with mxc lock") from None
+        data = load_json(name, text).data  # bounded: a lock arrives through review like a spec
+    except SpecErrors as exc:
+        raise SpecErrors(replace(e, suggestion="rewrite it with mxc lock") for e in exc.errors) from None
     try:
         return Lock.model_validate(data)
     except ValidationError as exc:

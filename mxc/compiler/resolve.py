@@ -3,6 +3,12 @@
 Merge rule (the only one): mappings merge key by key, recursively, later wins; lists and
 scalars are replaced whole. ``extends`` paths are relative to the file that names them;
 parents merge in the order listed, then the file itself, then ``--set`` overrides.
+
+Which files ``extends`` may reach is the Reader's decision (the filesystem edge, mxc/specfiles.py,
+confines it to the spec's repository): a Reader refuses with ``ReadRefused``, reported at the
+``extends`` line that named the file. Here, without any I/O: absolute paths are refused and at
+most ``limits.MAX_EXTENDS_FILES`` reads happen per spec (a list naming one file a thousand times,
+each naming another a thousand times, would otherwise read a million).
 """
 
 from __future__ import annotations
@@ -11,18 +17,28 @@ import posixpath
 from collections.abc import Callable
 from typing import Any
 
+from mxc.compiler import limits
 from mxc.compiler.errors import SpecError, SpecErrors
-from mxc.compiler.loader import Loaded, Path, decode, load_yaml, parse_value
+from mxc.compiler.loader import Loaded, Path, check_key, decode, load_yaml, parse_value
 
 Reader = Callable[[str], bytes]
-"""Returns a file's bytes; raises OSError (FileNotFoundError, ...) when it cannot."""
+"""Returns a file's bytes; raises OSError (FileNotFoundError, ...) when it cannot, ReadRefused when it may not."""
 
 SET_SOURCE = "--set"
 
 
+class ReadRefused(Exception):
+    """A Reader's refusal to read a file (outside the spec's repository, not a regular file, too large)."""
+
+    def __init__(self, message: str, suggestion: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.suggestion = suggestion
+
+
 def resolve(path: str, read: Reader, overrides: tuple[str, ...] = ()) -> Loaded:
     """Load ``path`` with its ``extends`` chain merged and ``overrides`` applied."""
-    merged = _load_tree(posixpath.normpath(path), read, chain=(), referrer=None)
+    merged = _load_tree(posixpath.normpath(path), _counted(read), chain=(), referrer=None)
     errors: list[SpecError] = []
     for expr in overrides:
         try:
@@ -34,34 +50,64 @@ def resolve(path: str, read: Reader, overrides: tuple[str, ...] = ()) -> Loaded:
     return merged
 
 
+def _counted(read: Reader) -> Reader:
+    reads = 0
+
+    def read_one(path: str) -> bytes:
+        nonlocal reads
+        reads += 1
+        if reads > limits.MAX_EXTENDS_FILES:
+            raise ReadRefused(f"more than {limits.MAX_EXTENDS_FILES} files read through extends",
+                              "name each base spec once")
+        return read(path)
+
+    return read_one
+
+
+def load_file(path: str, read: Reader, referrer: tuple[str, int] | None = None) -> Loaded:
+    """One file, read and parsed (its ``extends`` left as data); a problem reading it is a SpecError
+    at ``referrer`` (the ``extends`` line that named it) or at the file itself."""
+    file, line = referrer if referrer else (path, None)
+    key = "extends" if referrer else ""
+    try:
+        raw = read(path)
+    except ReadRefused as exc:
+        raise SpecErrors.one(file, line, key, f"{path}: {exc.message}" if referrer else exc.message,
+                             exc.suggestion) from None
+    except FileNotFoundError:
+        raise SpecErrors.one(
+            file, line, key, f"file not found: {path}",
+            "paths in 'extends' are relative to the spec that names them" if referrer else "",
+        ) from None
+    except OSError as exc:
+        what = f"cannot read {path}" if referrer else "cannot read"
+        raise SpecErrors.one(file, line, key, f"{what}: {exc.strerror or exc}") from None
+    return load_yaml(path, decode(path, raw))
+
+
 def _load_tree(path: str, read: Reader, chain: tuple[str, ...], referrer: tuple[str, int] | None) -> Loaded:
     if path in chain:
         cycle = " -> ".join((*chain[chain.index(path):], path))
         file, line = referrer or (path, 1)
         raise SpecErrors.one(file, line, "extends", f"extends cycle: {cycle}", "remove one of the links")
-    try:
-        raw = read(path)
-    except FileNotFoundError:
-        file, line = referrer or (path, None)  # type: ignore[assignment]
-        raise SpecErrors.one(
-            file, line, "extends" if referrer else "", f"file not found: {path}",
-            "paths in 'extends' are relative to the spec that names them" if referrer else "",
-        ) from None
-    except OSError as exc:
-        raise SpecErrors.one(path, None, "", f"cannot read: {exc.strerror or exc}") from None
-    doc = load_yaml(path, decode(path, raw))
+    doc = load_file(path, read, referrer)
     parents = doc.data.pop("extends", None)
     if parents is None:
         return doc
     ext_line = doc.lines.get(("extends",), (path, 1))
+    listed = isinstance(parents, list)
     if isinstance(parents, str):
         parents = [parents]
     if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
         raise SpecErrors.one(path, ext_line[1], "extends", "expected a path or a list of paths")
     base = Loaded({}, {})
-    for parent in parents:
+    for index, parent in enumerate(parents):
+        where = doc.lines.get(("extends", index), ext_line) if listed else ext_line
+        if parent.startswith("/"):
+            raise SpecErrors.one(path, where[1], "extends", f"{parent}: an absolute path",
+                                 "extends takes paths relative to the spec, inside its repository")
         target = posixpath.normpath(posixpath.join(posixpath.dirname(path), parent))
-        _merge_into(base, _load_tree(target, read, (*chain, path), ext_line))
+        _merge_into(base, _load_tree(target, read, (*chain, path), where))
     _merge_into(base, doc)
     return base
 
@@ -87,7 +133,11 @@ def _apply_override(doc: Loaded, expr: str) -> None:
     if not sep or not all(parts):
         raise SpecErrors.one(SET_SOURCE, None, key, f"expected KEY.PATH=VALUE, got {expr!r}",
                              "for example --set model.overrides.steps=20")
-    value = parse_value(SET_SOURCE, text)
+    if len(parts) > limits.MAX_DEPTH:
+        raise SpecErrors.one(SET_SOURCE, None, "", f"a key path deeper than {limits.MAX_DEPTH} levels")
+    for part in parts:
+        check_key(SET_SOURCE, part)
+    value = parse_value(SET_SOURCE, text, tuple(parts))
     node: Any = doc.data
     for depth, part in enumerate(parts[:-1]):
         child = node.get(part)

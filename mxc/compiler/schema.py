@@ -6,10 +6,20 @@ ignored on the cluster. Field descriptions feed ``mxc schema`` and docs/spec-ref
 
 
 import re
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from mxc.compiler import env_policy
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.notify_policy import secret_env_problem
@@ -23,17 +33,34 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,6
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 Scalar = bool | int | float | str
 SlurmTime = Annotated[
-    str, StringConstraints(pattern=r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$|^\d+-\d+$")
+    str, StringConstraints(pattern=r"^(\d{1,6}-)?\d{1,2}(:\d{2}){0,2}$|^\d{1,9}$|^\d{1,6}-\d{1,6}$")
 ]
 Port = Annotated[int, Field(ge=1024, le=65535)]
+# A path that becomes part of an Apptainer --bind or Podman --volume argument: those split on
+# ',' (Apptainer: another mount, read-write) and ':' (source:destination:options), so neither
+# may appear inside a path; nor whitespace or control characters.
+CONTAINER_PATH = r"^/[^:,\s]*$"
+MOUNT_PATTERN = r"^/[^:,\s]*:/[^:,\s]*(:ro)?$"
 Interface = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
 # A value that lands on an #SBATCH line: sbatch parses those itself, so no quoting can help;
 # forbid whitespace and shell metacharacters instead.
 SlurmToken = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:@%+=\[\]|&!*()/-]+$")]
 
-# Keys that mxc itself passes to MaxText for every run; setting them in a spec would
-# silently fight the runtime (outputs in the wrong place, a second metrics file).
-RESERVED_OVERRIDES = frozenset({"run_name", "base_output_directory", "metrics_file", "model_name"})
+# Keys that mxc itself passes to MaxText for every run (render.py maxtext_args, entrypoint.sh),
+# after the spec's overrides: a spec value would be silently overridden (outputs in the wrong
+# place, a second metrics file, checkpointing not as reviewed). Each names what controls it.
+# `hardware` and `enable_autocheckpoint` are deliberately left to the spec: mxc passes its
+# default for multi-node runs only when the spec does not set them.
+RESERVED_OVERRIDES: dict[str, str] = {
+    "model_name": "use model.model_name",
+    "run_name": "mxc names each run: its run id",
+    "base_output_directory": "use checkpoint.dir",
+    "metrics_file": "mxc writes metrics into the run directory",
+    "enable_checkpointing": "use checkpoint.period; 0 turns checkpointing off",
+    "checkpoint_period": "use checkpoint.period",
+    "jax_cache_dir": "mxc keeps the JAX compilation cache per run, or in $MXC_JAX_CACHE",
+    "skip_jax_distributed_system": "mxc sets it from resources.nodes: JAX distributed when more than one process",
+}
 
 
 class Strict(BaseModel):
@@ -43,7 +70,9 @@ class Strict(BaseModel):
 class Image(Strict):
     """The container image, pinned by content digest (a tag alone can move)."""
 
-    ref: str = Field(min_length=1, description="Image reference or .sif path, e.g. docker.io/rocm/jax-training:maxtext-v25.9")
+    # Not starting with '-': apptainer exec and podman run take it as an argument, where it would be an option.
+    ref: str = Field(pattern=r"^[^\s-][^\s]*$",
+                     description="Image reference or .sif path, e.g. docker.io/rocm/jax-training:maxtext-v25.9")
     digest: Digest = Field(
         description="sha256:<64 hex> of the image manifest (or of the .sif file); `mxc lock` resolves it from the tag"
     )
@@ -101,7 +130,8 @@ class Model(Strict):
     def _not_reserved(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
         for key in value:
             if key in RESERVED_OVERRIDES:
-                raise ValueError(f"'{key}' is set by mxc for every run; remove it from model.overrides")
+                raise ValueError(f"'{key}' is set by mxc for every run; remove it from model.overrides "
+                                 f"({RESERVED_OVERRIDES[key]})")
             if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
                 raise ValueError(f"'{key}' is not a MaxText config key (lower_snake_case)")
         return value
@@ -114,7 +144,12 @@ class Env(Strict):
         default_factory=dict, description="XLA flags without the leading --, rendered into XLA_FLAGS"
     )
     vars: dict[EnvName, Scalar] = Field(
-        default_factory=dict, description="NCCL_*, RCCL_*, NVTE_*, HSA_*, JAX_* and other variables"
+        default_factory=dict, description="NCCL_*, RCCL_*, NVTE_*, HSA_*, JAX_* and other variables "
+        "(not those bash or Slurm act on; loader, interpreter and container settings need env.allow_dangerous)"
+    )
+    allow_dangerous: list[EnvName] = Field(
+        default_factory=list, description="variables of env.vars that load or run code (LD_PRELOAD, PATH, "
+        "APPTAINER_*, ...) set on purpose; reported by mxc check, mxc build and mxc show"
     )
 
     @field_validator("vars")
@@ -124,6 +159,25 @@ class Env(Strict):
             if key.startswith("MXC_"):
                 raise ValueError(f"'{key}': MXC_* variables belong to mxc itself")
         return value
+
+    @model_validator(mode="after")
+    def _not_instructions(self) -> Self:
+        """Variables that bash, the loader or the container runtime obey (mxc/compiler/env_policy.py)."""
+        exported = {k: v if isinstance(v, str) else str(v) for k, v in self.vars.items()}
+        found = env_policy.problems(exported, self.allow_dangerous)
+        if found:
+            name, why = found[0]
+            where = f"vars.{name}" if name in self.vars else "allow_dangerous"
+            raise ValueError(f"{where}: {why}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_opt_in(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No opt-in, no key: spec.json (and so every bundle hash) stays what it was before the field existed."""
+        data: dict[str, Any] = handler(self)
+        if not self.allow_dangerous:
+            data.pop("allow_dangerous", None)
+        return data
 
 
 class Resources(Strict):
@@ -188,7 +242,7 @@ class Runtime(Strict):
     modules: list[str] = Field(default_factory=list, description="environment modules loaded on each node (`module load`)")
     network_interface: Interface | None = Field(None, description="NCCL/RCCL socket interface; default: chosen on the node")
     signal_seconds: int = Field(300, ge=10, description="USR2 this many seconds before the time limit, to checkpoint")
-    mounts: list[Annotated[str, StringConstraints(pattern=r"^/[^:]*:/[^:]*(:ro)?$")]] = Field(
+    mounts: list[Annotated[str, StringConstraints(pattern=MOUNT_PATTERN)]] = Field(
         default_factory=list, description="container bind mounts, /host:/container[:ro]"
     )
     cores: CoreDumps = Field(default_factory=CoreDumps)
@@ -210,7 +264,8 @@ class Observability(Strict):
 class Checkpoint(Strict):
     """MaxText checkpoints: what automatic restart and Slurm requeue resume from."""
 
-    dir: str | None = Field(None, description="where checkpoints go (default: inside the run directory)")
+    dir: str | None = Field(None, pattern=CONTAINER_PATH, description="where checkpoints go (default: inside the run "
+                            "directory); an absolute path, bound into containers as is")
     period: int = Field(0, ge=0, description="steps between checkpoints; 0 disables checkpointing")
 
 

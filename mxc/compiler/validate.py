@@ -12,7 +12,8 @@ from mxc.compiler.loader import Loaded, Path
 from mxc.compiler.resolve import line_of
 from mxc.compiler.schema import JobSpec
 
-_KEYED_MESSAGE = re.compile(r"^([a-z_][a-z0-9_.]*): (.*)$", re.S)
+# "image: ...", "vars.LD_PRELOAD: ..." (a field path, whose last part may be a variable name)
+_KEYED_MESSAGE = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*(?:\.[A-Za-z_][A-Za-z0-9_]*)?): (.*)$", re.S)
 
 
 def validate(doc: Loaded, main_file: str) -> JobSpec:
@@ -40,7 +41,8 @@ def _to_spec_error(doc: Loaded, err: Any, main_file: str) -> SpecError:
         suggestion = did_you_mean(str(err.get("input")), choices)
         message = f"expected one of {expected}, got {err.get('input')!r}"
     elif kind == "string_pattern_mismatch":
-        hint = _PATTERN_HINTS.get(str(loc[-1]) if loc else "", "does not match " + err["ctx"]["pattern"])
+        field = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")  # mounts.0 -> mounts
+        hint = _PATTERN_HINTS.get(field, "does not match " + err["ctx"]["pattern"])
         message = f"{hint}, got {err.get('input')!r}"
     elif kind == "value_error":
         message = message.removeprefix("Value error, ")
@@ -62,6 +64,10 @@ _PATTERN_HINTS = {
     "mem": "expected a Slurm memory size such as 512G",
     "maxtext_version": "expected a version such as 0.2.5",
     "jaxlib_version": "expected a version such as 0.12.0.1",
+    "mounts": "expected /host:/container or /host:/container:ro, absolute paths without ',', ':' or whitespace "
+              "(Apptainer reads a ',' as the start of another, read-write mount)",
+    "ref": "expected an image reference or .sif path: no whitespace, not starting with '-'",
+    "dir": "expected an absolute path without ',', ':' or whitespace (it is bound into containers as is)",
 }
 
 

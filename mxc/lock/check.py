@@ -13,16 +13,15 @@ from pathlib import Path
 from mxc import __version__
 from mxc.compiler import Bundle, compile_spec
 from mxc.compiler.errors import SpecError, SpecErrors
+from mxc.compiler.loader import decode
 from mxc.compiler.lockfile import Lock, parse_lock
+from mxc.compiler.resolve import ReadRefused
 from mxc.errors import UserError
 from mxc.lock.paths import lock_path, project_root, relative, shown
 from mxc.lock.requirements import parse, sha256_file
+from mxc.specfiles import SpecFiles, read_spec
 
 RELOCK = "run: mxc lock {spec}, then review the lockfile diff"
-
-
-def _read(path: str) -> bytes:
-    return Path(path).read_bytes()
 
 
 def environment_problems(spec: Path, lock: Lock, name: str) -> list[SpecError]:
@@ -57,10 +56,12 @@ def environment_problems(spec: Path, lock: Lock, name: str) -> list[SpecError]:
 def load_lock(spec: Path, lockfile: Path | None = None) -> tuple[Path, Lock]:
     path = lockfile or lock_path(spec)
     try:
-        text = path.read_text("utf-8")
+        raw = read_spec(str(path))  # a regular file, bounded, like a spec
     except FileNotFoundError:
         raise UserError(f"--locked: no lockfile {shown(path)} for {spec}", f"create it: mxc lock {spec}") from None
-    return path, parse_lock(shown(path), text)
+    except ReadRefused as exc:
+        raise SpecErrors.one(shown(path), None, "", exc.message, exc.suggestion) from None
+    return path, parse_lock(shown(path), decode(shown(path), raw))
 
 
 def compile_locked(spec: str, overrides: tuple[str, ...] = (), lockfile: str | None = None) -> Bundle:
@@ -69,7 +70,7 @@ def compile_locked(spec: str, overrides: tuple[str, ...] = (), lockfile: str | N
     path, lock = load_lock(spec_path, Path(lockfile) if lockfile else None)
     problems = environment_problems(spec_path, lock, shown(path))
     try:
-        bundle = compile_spec(spec, _read, overrides, mxc_version=__version__, lock=(shown(path), lock))
+        bundle = compile_spec(spec, SpecFiles.for_spec(spec), overrides, mxc_version=__version__, lock=(shown(path), lock))
     except SpecErrors as exc:
         raise SpecErrors([*problems, *exc.errors]) from None
     if problems:

@@ -22,6 +22,7 @@ from mxc.compiler.resolve import resolve
 from mxc.errors import UserError
 from mxc.lock.paths import LOCK_DIR, lock_path, project_root, relative, shown
 from mxc.lock.requirements import describe, parse, sha256_file
+from mxc.specfiles import SpecFiles
 
 SIF_MEDIA_TYPE = "application/x-apptainer-sif"
 # The requirements of the run environment per target: the same files the images/ install.
@@ -34,10 +35,6 @@ class Locked:
     text: str
     path: Path
     bundle: Bundle
-
-
-def _read(path: str) -> bytes:
-    return Path(path).read_bytes()
 
 
 def lock_image(image: dict[str, Any], insecure: frozenset[str]) -> LockedImage:
@@ -106,7 +103,7 @@ def make_lock(spec: str, *, requirements: str | None = None, lockfile: str | Non
     if not spec_path.is_file():
         raise UserError(f"no spec file {spec}")
     root = project_root(spec_path)
-    doc = resolve(spec, _read)
+    doc = resolve(spec, SpecFiles.for_spec(spec))
     data = doc.data
     image = data.get("image")
     code = _mapping(data.get("code"))
@@ -124,5 +121,5 @@ def make_lock(spec: str, *, requirements: str | None = None, lockfile: str | Non
         where = ".".join(str(p) for p in first["loc"])
         raise UserError(f"{spec}: cannot lock {where}: {first['msg']}", "run: mxc build " + spec + " to see why") from None
     out = Path(lockfile) if lockfile else lock_path(spec_path)
-    bundle = compile_spec(spec, _read, mxc_version=__version__, lock=(shown(out), lock))
+    bundle = compile_spec(spec, SpecFiles.for_spec(spec), mxc_version=__version__, lock=(shown(out), lock))
     return Locked(lock, lock_document(lock), out, bundle)

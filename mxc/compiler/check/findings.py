@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from mxc.compiler.errors import printable
+
 Severity = Literal["error", "warning", "note"]
 FAILING: frozenset[str] = frozenset({"error", "warning"})
 
@@ -37,7 +39,7 @@ class Finding:
         key = f" {self.key}:" if self.key else ""
         hint = f" ({self.suggestion})" if self.suggestion else ""
         combos = f" [{describe_combinations(self.combinations)}]" if self.combinations else ""
-        return f"{self.where()}:{key} {self.severity}[{self.rule}]: {self.message}{hint}{combos}"
+        return printable(f"{self.where()}:{key} {self.severity}[{self.rule}]: {self.message}{hint}{combos}")
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -14,6 +14,7 @@ from typing import Any
 
 from mxc.compiler.check.findings import Finding, merge
 from mxc.compiler.check.registry import OTHER_CHECKS, RULES
+from mxc.compiler.errors import printable
 
 
 @dataclass
@@ -68,8 +69,8 @@ class Report:
 
 def text(report: Report) -> str:
     lines = [str(f) for f in report.findings]
-    lines += [f"note: {n}" for n in report.notes]
-    lines += [f"{t.file}: skipped: {t.skipped}" for t in report.targets if t.skipped]
+    lines += [printable(f"note: {n}") for n in report.notes]
+    lines += [printable(f"{t.file}: skipped: {t.skipped}") for t in report.targets if t.skipped]
     if report.probe:
         lines.append(probe_line(report.probe))
     lines.append(report.summary())
@@ -83,7 +84,9 @@ def probe_line(probe: dict[str, Any]) -> str:
 
 
 def _escape_data(s: str) -> str:
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message: GitHub's own escapes, then any other control character as text
+    (a key holding an ANSI escape or a line separator must not reach the log raw)."""
+    return printable(s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def _escape_property(s: str) -> str:
@@ -112,13 +115,14 @@ def github(report: Report) -> str:
 
 
 def junit(report: Report) -> str:
-    """JUnit XML: a test suite per checked spec, a test case per rule (errors and warnings fail)."""
+    """JUnit XML: a test suite per checked spec, a test case per rule (errors and warnings fail).
+    User text is ``printable``: XML 1.0 cannot even carry most control characters."""
     rule_names = [r.name for r in RULES]
     suites = ET.Element("testsuites", name="mxc check")
     total = failures = skipped_total = 0
     for t in report.targets:
         names = [*t.extra_checks, *rule_names]
-        suite = ET.SubElement(suites, "testsuite", name=t.name)
+        suite = ET.SubElement(suites, "testsuite", name=printable(t.name))
         by_rule: dict[str, list[Finding]] = {}
         for f in merge(t.findings):
             by_rule.setdefault(f.rule, []).append(f)
@@ -127,15 +131,15 @@ def junit(report: Report) -> str:
                 names.append(extra)
         n_fail = n_skip = 0
         for name in names:
-            case = ET.SubElement(suite, "testcase", classname=t.file, name=name, time="0")
+            case = ET.SubElement(suite, "testcase", classname=printable(t.file), name=name, time="0")
             found = by_rule.get(name, [])
             failing = [f for f in found if f.fails]
             if t.skipped:
-                ET.SubElement(case, "skipped", message=t.skipped)
+                ET.SubElement(case, "skipped", message=printable(t.skipped))
                 n_skip += 1
             elif failing:
                 n_fail += 1
-                el = ET.SubElement(case, "failure", message=failing[0].message,
+                el = ET.SubElement(case, "failure", message=printable(failing[0].message),
                                    type="error" if any(f.severity == "error" for f in failing) else "warning")
                 el.text = "\n".join(str(f) for f in failing)
             notes = [f for f in found if not f.fails]

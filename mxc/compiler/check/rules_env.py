@@ -90,6 +90,16 @@ def env_var_unknown(s: Subject) -> Iterator[Issue]:
                         _suggest_var(name) or "if it is real, add it to mxc/compiler/data/env_vars.json with its source")
 
 
+def env_dangerous(s: Subject) -> Iterator[Issue]:
+    """A variable the spec opts in to with env.allow_dangerous (LD_PRELOAD, PATH, APPTAINER_BIND, ...):
+    it makes the loader, an interpreter or the container runtime load code or files, which a
+    reviewer does not see in its value; reported on every check so the opt-in stays visible."""
+    for name in s.spec.env.allow_dangerous:
+        value = scalar_text(s.spec.env.vars[name]) if name in s.spec.env.vars else ""
+        yield Issue(("env", "vars", name), f"{name}={value!r} is exported on purpose (env.allow_dangerous): it can "
+                    "load or run code the spec does not show", "keep it only if the value is reviewed and trusted")
+
+
 def jax_platforms(s: Subject) -> Iterator[Issue]:
     """JAX_PLATFORMS names the spec's accelerator: 'rocm' on NVIDIA or 'cuda' on AMD fails at
     start-up, and 'cpu' first on a GPU spec trains at a thousandth of the speed."""
