@@ -217,7 +217,7 @@ def test_env_dangerous_reports_the_opt_in_and_nothing_without_it() -> None:
     opted = spec(GPU_SPEC, env__vars={**GPU_SPEC["env"]["vars"], "LD_PRELOAD": "/usr/lib/libtcmalloc.so.4"},
                  env__allow_dangerous=["LD_PRELOAD"])
     (f,) = of_rule(check(opted)[0], "env-dangerous")
-    assert f.severity == "warning" and f.key == "env.vars.LD_PRELOAD" and "LD_PRELOAD='/usr/lib/libtcmalloc.so.4'" in f.message
+    assert f.severity == "note" and f.key == "env.vars.LD_PRELOAD" and "LD_PRELOAD='/usr/lib/libtcmalloc.so.4'" in f.message
     assert not of_rule(check(GPU_SPEC)[0], "env-dangerous")
 
 

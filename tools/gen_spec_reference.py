@@ -96,7 +96,7 @@ def input_rules() -> list[str]:
         "- dangerous (the loader, an interpreter or the container runtime loads code or files of its choosing):",
         f"  {_names(env_policy.DANGEROUS_NAMES, env_policy.DANGEROUS_PREFIXES)} (not "
         f"{_names(env_policy.SAFE_CONTAINER_SETTINGS, ())}). A spec sets one only by also listing it in",
-        "  `env.allow_dangerous`; `mxc check` then reports it (warning `env-dangerous`), `mxc build` and",
+        "  `env.allow_dangerous`; `mxc check` then reports it (note `env-dangerous`), `mxc build` and",
         "  `mxc show` print it, and spec.json in the bundle holds it;",
         f"- search paths {_names(env_policy.SEARCH_PATHS, ())}: allowed; every entry is an absolute directory;",
         "- `APPTAINERENV_X` and `SINGULARITYENV_X` set `X` in the container and are judged as `X`.",

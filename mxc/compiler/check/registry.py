@@ -52,7 +52,7 @@ RULES: tuple[Rule, ...] = (
     Rule("env-var-value", "error", rules_env.env_var_value, _ENV),
     Rule("env-var-unknown", "warning", rules_env.env_var_unknown, _ENV),
     Rule("jax-platforms", "error", rules_env.jax_platforms, _ENV),
-    Rule("env-dangerous", "warning", rules_env.env_dangerous, _ENV),
+    Rule("env-dangerous", "note", rules_env.env_dangerous, _ENV),
     Rule("maxtext-override-unknown", "error", rules_maxtext.maxtext_override_unknown, _MAXTEXT),
     Rule("maxtext-override-value", "error", rules_maxtext.maxtext_override_value, _MAXTEXT),
     Rule("maxtext-model-key", "error", rules_maxtext.maxtext_model_key, _MAXTEXT),
