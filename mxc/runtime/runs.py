@@ -15,8 +15,10 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from mxc.errors import UserError
+from mxc.runtime.procfs import ProcessId, pid_alive
 from mxc.runtime.record import RunRecord, parse_time
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.trainlog import last_step_in_tail
@@ -135,18 +137,34 @@ def resolve(home: Path, ref: str, bundle_hashes: list[str]) -> RunRef:
     raise UserError(f"no run or bundle matches '{ref}'", "list them with: mxc runs, mxc ls")
 
 
-def supervisor_alive(record: RunRecord) -> bool | None:
-    """Whether the local supervisor of a live record still runs (None: cannot tell from here)."""
+def _on_this_host(info: dict[str, Any]) -> bool:
+    return info.get("host") in (socket.gethostname(), os.uname().nodename)
+
+
+def supervisor(record: RunRecord) -> ProcessId | None:
+    """The local supervisor's identity, when it ran on this machine and the record names it
+    fully (pid, start time, boot id); None: it cannot be verified from here."""
     info = record.supervisor
-    if not isinstance(info, dict) or info.get("host") not in (socket.gethostname(), os.uname().nodename):
+    if not isinstance(info, dict) or not _on_this_host(info):
         return None
-    try:
-        os.kill(int(info["pid"]), 0)
-    except ProcessLookupError:
+    return ProcessId.from_record(info)
+
+
+def supervisor_alive(record: RunRecord) -> bool | None:
+    """Whether the local supervisor of a live record still runs (None: cannot tell from here).
+
+    By identity, not by pid: a pid that now belongs to another process says the supervisor
+    is gone (the run is lost), not that it runs. A record without the start time (written
+    before identities were recorded) can only tell "gone" (its pid is free) from "unknown".
+    """
+    identity = supervisor(record)
+    if identity is not None:
+        return identity.is_alive()
+    info = record.supervisor if isinstance(record.supervisor, dict) else {}
+    pid = info.get("pid")
+    if type(pid) is int and pid > 0 and _on_this_host(info) and not pid_alive(pid):
         return False
-    except (PermissionError, ValueError, KeyError, TypeError):
-        return None
-    return True
+    return None
 
 
 def shown_status(record: RunRecord) -> str:
