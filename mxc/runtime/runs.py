@@ -51,9 +51,9 @@ def load(run: RunDir) -> RunRecord:
     except ValueError as exc:
         raise UserError(f"run {run.run_id}: record.json is unreadable ({str(exc).splitlines()[0]})") from None
     if record.backend == "slurm" and not record.final:
-        from mxc.runtime.slurm.backend import refresh  # no daemon follows a Slurm job: whoever looks brings it up to date
+        from mxc.runtime.slurm.backend import view  # Slurm's state folded in; nothing written, submitted or sent
 
-        record = refresh(run, record)
+        record = view(run, record)
     return record
 
 
@@ -63,9 +63,13 @@ def _ambiguous(ref: str, names: list[str], what: str) -> UserError:
 
 
 def current(run: RunDir) -> RunRecord:
-    """The record, first brought up to date by its backend when the run is live and the backend
-    keeps no process of its own watching it (Slurm: ``mxc.runtime.slurm.backend.refresh``)."""
-    record = load(run)
+    """The record as its backend sees the run now, for a live run whose backend keeps no process
+    of its own watching it (Slurm: ``mxc.runtime.slurm.backend.view``). A read: it never writes
+    the record, submits, cancels or alerts (``mxc watch`` and ``mxc cancel`` do)."""
+    try:
+        record = RunRecord.load(run.record)
+    except (OSError, ValueError):
+        return load(run)  # the same one-line errors
     if record.final or record.backend == "local":
         return record
     from mxc.runtime.backends import BACKENDS
@@ -73,15 +77,15 @@ def current(run: RunDir) -> RunRecord:
     module_name = BACKENDS.get(record.backend, "").partition(":")[0]
     if not module_name or importlib.util.find_spec(module_name) is None:
         return record
-    refresh = getattr(importlib.import_module(module_name), "refresh", None)
-    if refresh is None:
+    view = getattr(importlib.import_module(module_name), "view", None)
+    if view is None:
         return record
     try:
-        refreshed: RunRecord = refresh(run, record)
+        seen: RunRecord = view(run, record)
     except Exception as exc:  # a listing must not fail because a scheduler is unreachable
-        print(f"mxc: warning: run {run.run_id}: could not refresh from {record.backend}: {exc}", file=sys.stderr)
+        print(f"mxc: warning: run {run.run_id}: could not ask {record.backend} about it: {exc}", file=sys.stderr)
         return record
-    return refreshed
+    return seen
 
 
 def find_run(home: Path, ref: str) -> RunDir:
