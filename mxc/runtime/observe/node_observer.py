@@ -50,6 +50,7 @@ from mxc.runtime.observe.observer import Observability, observability_dir
 from mxc.runtime.observe.prometheus import write_targets
 from mxc.runtime.observe.ray_launcher import HEAD_TIMEOUT, RayHead
 from mxc.runtime.observe.ray_node_launch import CLUSTER_FILE, NODE_FILE
+from mxc.runtime.procfs import ProcessId
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.slurm.events import NODE_STATUS
 
@@ -222,6 +223,7 @@ def _hung(run: RunDir, args: argparse.Namespace, timeout: float, idle: float) ->
     with open(rank_dir / "hang.log", "a") as fh:
         fh.write(line + "\n")
     pid = trainer_pid(run, args.rank)
+    trainer = ProcessId.capture(pid) if pid is not None else None  # the stack dump takes a while
     dumps = []
     if pid is not None:
         with contextlib.suppress(Exception):
@@ -231,9 +233,8 @@ def _hung(run: RunDir, args: argparse.Namespace, timeout: float, idle: float) ->
              "pid": pid, "stacks": [str(d.path) for d in dumps]}
     with open(rank_dir / "events.jsonl", "a") as fh:  # the entrypoint's format; job.sbatch greps for it
         fh.write(json.dumps(event) + "\n")
-    if pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    if trainer is not None:
+        trainer.send(signal.SIGKILL)  # only if it is still that process
 
 
 def _stop_requested() -> Any:
