@@ -405,6 +405,15 @@ def test_watch_resubmits_the_verified_bundle_with_recomputed_exports(mxc: Mxc, m
     assert (run / "resubmit.request.101").exists() and not (run / "resubmit.request").exists()
 
 
+def test_watch_without_live_slurm_runs_and_with_bad_input(mxc: Mxc, mxc_home: Path) -> None:
+    out = mxc("watch")
+    assert out.returncode == 0 and out.stderr == "mxc: no live Slurm run to watch\n"
+    for args, message in ((("nope",), "mxc: error: no run matches 'nope'"),
+                          (("--interval", "0"), "mxc: error: --interval 0: expected a number of seconds above 0")):
+        out = mxc("watch", *args)
+        assert out.returncode == 2 and out.stderr.startswith(message) and out.stderr.count("\n") == 1, out.stderr
+
+
 def test_watch_refuses_to_resubmit_a_damaged_bundle(mxc: Mxc, mxc_home: Path, tmp_path: Path,
                                                     fake_slurm: Path) -> None:
     run, digest = doctored_slurm_run(mxc, mxc_home, tmp_path)

@@ -37,6 +37,8 @@ def _watch(args: argparse.Namespace) -> int:
     problems = 0
     while True:
         selected = named or [r for r in runs.all_runs(home) if _live_slurm(r)]
+        if not selected:
+            print("mxc: no live Slurm run to watch", file=sys.stderr)
         records = []
         for run in selected:
             record, ok = _look(run)
