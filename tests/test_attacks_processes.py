@@ -289,6 +289,22 @@ def test_the_scratch_root_is_this_users_alone(tmp_path: Path) -> None:
         scratch.root(link_base)
 
 
+def test_without_a_scratch_dir_training_runs_without_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/tmp/mxc-<uid> taken by someone else: no Ray (its temp dir would be theirs), but training runs."""
+    from mxc.runtime.observe.ray_launcher import RayLauncher
+
+    def refuse(run_dir: Path, owner: object = None) -> Path:
+        raise RuntimeError("/tmp/mxc-0 is not a directory of this user: refusing to put run files there")
+
+    monkeypatch.setattr(scratch, "create", refuse)
+    launcher = RayLauncher()
+    launcher.prepare(tmp_path)
+    process = launcher.start(["bash", "-c", "exit 3"], dict(os.environ), tmp_path, tmp_path / "train.log")
+    assert process.wait(60) == 3
+    assert "is not a directory of this user" in launcher.describe()["error"]
+    launcher.close()
+
+
 @pytest.mark.training
 def test_sigkill_of_mxc_run_takes_its_training_along(mxc: Mxc, mxc_home: Path) -> None:
     """SIGKILL leaves `mxc run` no chance; its death watch ends the training, the run shows
@@ -406,6 +422,9 @@ def test_watch_resubmits_the_verified_bundle_with_recomputed_exports(mxc: Mxc, m
 
 
 def test_watch_without_live_slurm_runs_and_with_bad_input(mxc: Mxc, mxc_home: Path) -> None:
+    for command in ("watch", "cancel"):
+        helped = mxc(command, "--help")
+        assert helped.returncode == 0 and "example:\n  mxc " in helped.stdout
     out = mxc("watch")
     assert out.returncode == 0 and out.stderr == "mxc: no live Slurm run to watch\n"
     for args, message in ((("nope",), "mxc: error: no run matches 'nope'"),

@@ -81,7 +81,8 @@ def run(home: Home) -> Path:
 
 
 def record_of(run: Path) -> dict[str, Any]:
-    return json.loads((run / "record.json").read_text())
+    record: dict[str, Any] = json.loads((run / "record.json").read_text())
+    return record
 
 
 def merged_losses(run: Path) -> dict[int, float]:

@@ -326,7 +326,7 @@ def test_launcher_kills_stragglers_when_the_leader_exits(tmp_path: Path) -> None
     assert proc.poll() == 3
 
 
-@pytest.mark.parametrize("command", ["run", "rerun", "runs", "logs", "watch", "cancel"])
+@pytest.mark.parametrize("command", ["run", "rerun", "runs", "logs"])
 def test_help_has_an_example(mxc, command: str) -> None:
     out = mxc(command, "--help")
     assert out.returncode == 0 and "example:\n  mxc " in out.stdout

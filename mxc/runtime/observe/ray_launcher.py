@@ -269,8 +269,9 @@ class RayLauncher:
         if self._thread is not None:
             return
         self.run_dir = run_dir
-        self.head = RayHead(temp_dir=scratch.create(run_dir), log_path=run_dir / "ray" / "head.log", run_dir=run_dir)
-        try:
+        try:  # a scratch dir that cannot be made (/tmp/mxc-<uid> not ours) means no Ray, not no training
+            self.head = RayHead(temp_dir=scratch.create(run_dir), log_path=run_dir / "ray" / "head.log",
+                                run_dir=run_dir)
             self.head.launch(self.num_cpus)  # in the caller's thread: the head dies with it (lifetime.py)
         except Exception as exc:
             self._error = exc
@@ -279,9 +280,9 @@ class RayLauncher:
 
     def _bring_up(self) -> None:
         try:
-            assert self.head is not None
             if self._error is not None:
                 return
+            assert self.head is not None
             os.environ.update(self.head.environment())  # read by ray at import: keep 127.0.0.1, use the run's token
             import ray  # noqa: F401  # while the head starts (an import takes about a second)
 
@@ -348,10 +349,10 @@ class RayLauncher:
             scratch.remove(self.head.temp_dir)
 
     def describe(self) -> dict[str, Any]:
+        if self.fallback is not None:
+            return {"error": self.fallback, **({"log": str(self.head.log_path)} if self.head else {})}
         if self.head is None:
             return {}
-        if self.fallback is not None:
-            return {"error": self.fallback, "log": str(self.head.log_path)}
         identity = self.head.identity
         return {"address": self.head.address, "metrics_port": self.head.metrics_port, "ports": self.head.ports,
                 "head": identity.as_record() if identity else None, "temp_dir": str(self.head.temp_dir),
