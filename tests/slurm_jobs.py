@@ -1,6 +1,6 @@
 """Helpers for the Slurm backend tests: build bundles that fit the test cluster, submit them
-with the real CLI, and watch runs (records are refreshed in-process through ``runs.load``,
-the same call ``mxc runs`` makes)."""
+with the real CLI, and watch runs (records are viewed in-process through ``runs.load``, the same
+call ``mxc runs`` makes: Slurm's state folded in, nothing written or submitted)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from mxc.runtime.procfs import pid_alive, session_processes
+from mxc.runtime import scratch
+from mxc.runtime.procfs import ProcessId, pid_alive, session_processes
 from tests.conftest import REPO, Home
 from tests.gates import PauseGate
 from tests.processes import run_processes, trainer_pids
@@ -80,7 +81,8 @@ def run(home: Home) -> Path:
 
 
 def record_of(run: Path) -> dict[str, Any]:
-    return json.loads((run / "record.json").read_text())
+    record: dict[str, Any] = json.loads((run / "record.json").read_text())
+    return record
 
 
 def merged_losses(run: Path) -> dict[int, float]:
@@ -106,9 +108,13 @@ def test_the_run_trained_restarted_and_recorded_its_observability(run: Path) -> 
     targets = sorted(p.name for p in (run / "prometheus/targets").iterdir())
     assert targets == [f"exporter-{os.uname().nodename}.json", f"ray-{os.uname().nodename}.json"]
     # Every process of the run has exited: exporter, Prometheus, the Ray head and all of its session.
-    assert not pid_alive(obs["exporter"]["pid"]) and not pid_alive(obs["prometheus"]["pid"])
-    assert not pid_alive(ray["head_pid"]) and session_processes(ray["head_pid"]) == []
+    # Recorded as identities (pid, start time, boot id), not bare pids.
+    helpers = [ProcessId.from_record(obs["exporter"]), ProcessId.from_record(obs["prometheus"]),
+               ProcessId.from_record(ray["head"])]
+    assert all(h is not None and not h.is_alive() for h in helpers), helpers
+    assert not pid_alive(ray["head"]["pid"]) and session_processes(ray["head"]["pid"]) == []
     assert run_processes(run) == []
+    assert Path(ray["temp_dir"]).parent == scratch.root()  # the run's own, not /tmp/ray
     assert not Path(ray["temp_dir"]).exists() and (run / "ray/logs").is_dir()
     assert (run / "observability/summary.json").is_file()
 

@@ -9,6 +9,7 @@ MaxText starts up, so no test trains for long.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -124,7 +125,8 @@ def test_node_failure_requeues_until_restart_max(mxc: Mxc, mxc_home: Path, slurm
 def test_without_scontrol_on_the_nodes_mxc_resubmits(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,
                                                       tmp_path: Path) -> None:
     """A PATH without scontrol and scancel (the job inherits it): USR2 reaches training through
-    srun, the job leaves resubmit.request, and the next `mxc` look resubmits into the same run."""
+    srun, the job leaves resubmit.request; reads only show the request, `mxc watch --once`
+    resubmits into the same run."""
     bare = tmp_path / "bin"
     bare.mkdir()
     for directory in ("/usr/local/bin", "/usr/bin", "/bin"):
@@ -138,12 +140,15 @@ def test_without_scontrol_on_the_nodes_mxc_resubmits(mxc: Mxc, mxc_home: Path, s
     training_started(mxc_home, run_id)
     first_job = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
     slurm_cluster.run("scancel", "--signal=USR2", "--batch", first_job)
-
-    def resubmitted() -> str | None:
-        jobs = record(mxc_home, run_id).slurm["jobs"]  # type: ignore[index]
-        return str(jobs[-1]["job_id"]) if len(jobs) == 2 else None
-
-    second_job = wait_for(resubmitted, 120, "mxc to resubmit the job")
+    pending = wait_for(lambda: "asked to be resubmitted" in (record(mxc_home, run_id).message or ""), 120,
+                       "the job to end asking for a resubmission")
+    assert pending and len(json.loads(run.record.read_text())["slurm"]["jobs"]) == 1  # a read submitted nothing
+    watched = mxc("watch", "--once", run_id, env={"PATH": path})
+    assert watched.returncode == 0, watched.stderr
+    jobs = record(mxc_home, run_id).slurm["jobs"]  # type: ignore[index]
+    assert len(jobs) == 2, watched.stderr
+    second_job = str(jobs[-1]["job_id"])
+    assert f"resubmitted as Slurm job {second_job}" in watched.stderr
     assert second_job != first_job
     assert slurm_cluster.job(first_job)["JobState"] == "FAILED"  # exit 75: not a success
     wait_for(lambda: any(e["event"] == "start" and e["job_id"] == second_job for e in batch_events(mxc_home, run_id)),

@@ -125,12 +125,15 @@ def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path,
     assert coordinators == {s["coordinator"] for s in starts}
     assert {m for m in re.findall(r"^(\d): .*Num_devices: 2,", log, re.M)} == {"0", "1"}
 
-    # The CLI shows the same: runs (refreshed record) and logs (both ranks' lines, labelled).
+    # The CLI shows the same: runs (Slurm's view of the record) and logs (both ranks' lines, labelled).
     listed = json.loads(mxc("runs", "--json").stdout)
     assert [(r["run_id"], r["status"], r["restarts"]) for r in listed] == [(run_id, "succeeded", 2)]
     logs = mxc("logs", run_id)
     assert logs.returncode == 0 and "completed step: 29" in logs.stdout
     assert "[mxc batch" in logs.stdout and "1: [mxc node2 rank 1]" in logs.stdout
+    assert json.loads(run.record.read_text())["final"] is False  # reads show; they write no record
+    watched = mxc("watch", "--once", run_id)
+    assert watched.returncode == 0 and f"run {run_id}: queued -> succeeded" in watched.stderr, watched.stderr
     assert json.loads(run.record.read_text())["final"] is True
 
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from mxc import __version__
 
 # One module per group of commands; each has register(subparsers).
-COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.lock", "mxc.cli.check", "mxc.cli.triage",
-                   "mxc.cli.observe")
+COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.watch", "mxc.cli.lock",
+                   "mxc.cli.check", "mxc.cli.triage", "mxc.cli.observe")
 
 DESCRIPTION = """\
 Compile MaxText training job specs into immutable, hash-addressed bundles, and run them.
@@ -34,7 +34,8 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc runs                      recorded runs: status, steps, last loss, duration
   mxc rerun RUN-ID              the same bundle again, exactly; warns on drift
   mxc logs [RUN-ID] [-f]        a run's training log
-  mxc cancel RUN-ID             stop a run (Slurm: scancel, no requeue)
+  mxc cancel RUN-ID             stop a run (Slurm: scancel, no requeue); a lost run: end what is left
+  mxc watch [RUN-ID] [--once]   keep Slurm runs' records current: state, alerts, resubmission
   mxc metrics RUN [--query Q]   a run's Prometheus TSDB, live or long after (observability on)
   mxc report RUN [RUN2]         PNG/HTML plots: loss, step time, throughput, host/GPU
   mxc dashboard RUN             Prometheus + TensorBoard on a run's data (127.0.0.1)

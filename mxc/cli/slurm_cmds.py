@@ -1,4 +1,4 @@
-"""Commands for runs on a scheduler: cancel."""
+"""Stopping runs: cancel (Slurm jobs, live local runs, and what is left of lost ones)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from mxc.cli.common import add_command, add_json, print_json, store
 
 
 def register(sub: Any) -> None:
-    p = add_command(sub, "cancel", "stop a run: scancel its Slurm job (no requeue afterwards), or stop a local run",
+    p = add_command(sub, "cancel", "stop a run: scancel its Slurm job (no requeue afterwards), or stop a local run "
+                    "(a lost one: end what is left of it)",
                     "mxc cancel 20260101-120000-ab12-3f9a0c1d\nmxc cancel 2026 --json", _cancel)
     p.add_argument("run", help="run id or unique prefix")
     add_json(p)
@@ -22,12 +23,12 @@ def _cancel(args: argparse.Namespace) -> int:
 
     run = runs.find_run(store().home, args.run)
     record = runs.load(run)
-    if record.final:
-        raise UserError(f"run {run.run_id} already ended ({record.status})")
-    if record.backend == "slurm":
+    if record.backend == "slurm" and not record.final:
         from mxc.runtime.slurm.backend import cancel
 
-        record = cancel(run)
+        record = cancel(run)  # saves what Slurm says first: an ended job is said to have ended
+    elif record.final:
+        raise UserError(f"run {run.run_id} already ended ({record.status})")
     else:
         record = _cancel_local(run, record)
     if args.json:
@@ -41,21 +42,51 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _cancel_local(run: Any, record: Any) -> Any:
-    """A local run stops like on Ctrl-C: SIGTERM to its supervisor, which records `cancelled`."""
-    import os
+    """A live local run stops like on Ctrl-C: SIGTERM to its supervisor (the very process that
+    wrote the record, verified by identity), which records `cancelled`. A lost run (its
+    supervisor is gone) has nobody to ask: what is left of it is ended here and the record closed."""
     import signal
     import time
 
     from mxc.errors import UserError
     from mxc.runtime import runs
 
-    if runs.supervisor_alive(record) is not True:
-        raise UserError(f"run {run.run_id} is not running on this machine (no live supervisor)")
-    os.kill(int(record.supervisor["pid"]), signal.SIGTERM)
+    alive = runs.supervisor_alive(record)
+    if alive is None:
+        raise UserError(f"run {run.run_id} is not running on this machine (its supervisor cannot be verified here)")
+    identity = runs.supervisor(record)
+    if not alive or identity is None or not identity.send(signal.SIGTERM):
+        return _end_lost(run, record)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         record = runs.load(run)
         if record.final:
             break
         time.sleep(0.25)
+    return record
+
+
+def _end_lost(run: Any, record: Any) -> Any:
+    """End the processes a lost run left (found by MXC_RUN_DIR, verified), remove its scratch
+    directories, and close its record as cancelled, saying what was cleaned."""
+    from mxc.runtime.leftovers import end_run
+    from mxc.runtime.metrics_merge import write_merged
+    from mxc.runtime.procfs import pid_alive
+    from mxc.runtime.record import now_iso
+
+    pid = (record.supervisor or {}).get("pid")
+    reused = " (that pid now belongs to another process)" if isinstance(pid, int) and pid_alive(pid) else ""
+    cleanup = end_run(run.path)
+    merged = write_merged(run.metrics_parts, run.metrics)
+    if merged.steps:
+        record.steps, record.last_loss = merged.steps, merged.last_loss
+    record.status, record.final, record.ended = "cancelled", True, now_iso()
+    if record.attempts and record.attempts[-1].ended is None:
+        record.attempts[-1].ended = record.ended
+        record.attempts[-1].reason = "the supervisor died; what was left of the attempt was ended by mxc cancel"
+    record.cancelled_by = "mxc cancel"
+    record.message = f"lost: its supervisor (mxc run, pid {pid}) was gone{reused}; mxc cancel: {cleanup.describe()}"
+    record.save(run.record)
+    print(f"mxc: run {run.run_id} was lost: its supervisor (pid {pid}) is gone{reused}; {cleanup.describe()}",
+          file=sys.stderr)
     return record

@@ -24,6 +24,7 @@ from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.notify_policy import secret_env_problem
 from mxc.compiler.secretscan import find_secrets
+from mxc.plugins import PLUGIN_NAME_PATTERN
 
 SCHEMA_VERSION = "mxc/v1"
 
@@ -257,7 +258,9 @@ class Observability(Strict):
     prometheus_port: Port = Field(9190, description="first port tried for Prometheus")
     tensorboard_port: Port = Field(6006, description="first port tried for TensorBoard")
     scrape_interval: int = Field(10, ge=1, le=3600, description="seconds between scrapes")
-    plugins: list[str] = Field(default_factory=lambda: ["host", "gpu", "tensorboard"], description="exporter plugins")
+    plugins: list[Annotated[str, StringConstraints(pattern=PLUGIN_NAME_PATTERN)]] = Field(
+        default_factory=lambda: ["host", "gpu", "tensorboard"],
+        description="exporter plugins, by name (a Python identifier: entry point or <plugins dir>/<name>.py)")
     hang_timeout: int = Field(900, ge=10, description="seconds without a step (after the first) before a run is hung")
 
 

@@ -15,8 +15,10 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from mxc.errors import UserError
+from mxc.runtime.procfs import ProcessId, pid_alive
 from mxc.runtime.record import RunRecord, parse_time
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.trainlog import last_step_in_tail
@@ -49,9 +51,9 @@ def load(run: RunDir) -> RunRecord:
     except ValueError as exc:
         raise UserError(f"run {run.run_id}: record.json is unreadable ({str(exc).splitlines()[0]})") from None
     if record.backend == "slurm" and not record.final:
-        from mxc.runtime.slurm.backend import refresh  # no daemon follows a Slurm job: whoever looks brings it up to date
+        from mxc.runtime.slurm.backend import view  # Slurm's state folded in; nothing written, submitted or sent
 
-        record = refresh(run, record)
+        record = view(run, record)
     return record
 
 
@@ -61,9 +63,13 @@ def _ambiguous(ref: str, names: list[str], what: str) -> UserError:
 
 
 def current(run: RunDir) -> RunRecord:
-    """The record, first brought up to date by its backend when the run is live and the backend
-    keeps no process of its own watching it (Slurm: ``mxc.runtime.slurm.backend.refresh``)."""
-    record = load(run)
+    """The record as its backend sees the run now, for a live run whose backend keeps no process
+    of its own watching it (Slurm: ``mxc.runtime.slurm.backend.view``). A read: it never writes
+    the record, submits, cancels or alerts (``mxc watch`` and ``mxc cancel`` do)."""
+    try:
+        record = RunRecord.load(run.record)
+    except (OSError, ValueError):
+        return load(run)  # the same one-line errors
     if record.final or record.backend == "local":
         return record
     from mxc.runtime.backends import BACKENDS
@@ -71,15 +77,15 @@ def current(run: RunDir) -> RunRecord:
     module_name = BACKENDS.get(record.backend, "").partition(":")[0]
     if not module_name or importlib.util.find_spec(module_name) is None:
         return record
-    refresh = getattr(importlib.import_module(module_name), "refresh", None)
-    if refresh is None:
+    view = getattr(importlib.import_module(module_name), "view", None)
+    if view is None:
         return record
     try:
-        refreshed: RunRecord = refresh(run, record)
+        seen: RunRecord = view(run, record)
     except Exception as exc:  # a listing must not fail because a scheduler is unreachable
-        print(f"mxc: warning: run {run.run_id}: could not refresh from {record.backend}: {exc}", file=sys.stderr)
+        print(f"mxc: warning: run {run.run_id}: could not ask {record.backend} about it: {exc}", file=sys.stderr)
         return record
-    return refreshed
+    return seen
 
 
 def find_run(home: Path, ref: str) -> RunDir:
@@ -135,18 +141,34 @@ def resolve(home: Path, ref: str, bundle_hashes: list[str]) -> RunRef:
     raise UserError(f"no run or bundle matches '{ref}'", "list them with: mxc runs, mxc ls")
 
 
-def supervisor_alive(record: RunRecord) -> bool | None:
-    """Whether the local supervisor of a live record still runs (None: cannot tell from here)."""
+def _on_this_host(info: dict[str, Any]) -> bool:
+    return info.get("host") in (socket.gethostname(), os.uname().nodename)
+
+
+def supervisor(record: RunRecord) -> ProcessId | None:
+    """The local supervisor's identity, when it ran on this machine and the record names it
+    fully (pid, start time, boot id); None: it cannot be verified from here."""
     info = record.supervisor
-    if not isinstance(info, dict) or info.get("host") not in (socket.gethostname(), os.uname().nodename):
+    if not isinstance(info, dict) or not _on_this_host(info):
         return None
-    try:
-        os.kill(int(info["pid"]), 0)
-    except ProcessLookupError:
+    return ProcessId.from_record(info)
+
+
+def supervisor_alive(record: RunRecord) -> bool | None:
+    """Whether the local supervisor of a live record still runs (None: cannot tell from here).
+
+    By identity, not by pid: a pid that now belongs to another process says the supervisor
+    is gone (the run is lost), not that it runs. A record without the start time (written
+    before identities were recorded) can only tell "gone" (its pid is free) from "unknown".
+    """
+    identity = supervisor(record)
+    if identity is not None:
+        return identity.is_alive()
+    info = record.supervisor if isinstance(record.supervisor, dict) else {}
+    pid = info.get("pid")
+    if type(pid) is int and pid > 0 and _on_this_host(info) and not pid_alive(pid):
         return False
-    except (PermissionError, ValueError, KeyError, TypeError):
-        return None
-    return True
+    return None
 
 
 def shown_status(record: RunRecord) -> str:

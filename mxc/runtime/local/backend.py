@@ -13,10 +13,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from mxc.runtime import scratch
 from mxc.runtime.backends import Plan, RunRequest, allocate_run_dir, extensions, recorded_environment, training_python
+from mxc.runtime.local.deathwatch import DeathWatch
 from mxc.runtime.local.launcher import LocalLauncher
 from mxc.runtime.local.progress import ProgressBar
 from mxc.runtime.local.supervisor import Supervisor, SupervisorConfig
+from mxc.runtime.procfs import ProcessId
 from mxc.runtime.provenance import codepin, hostfacts
 from mxc.runtime.record import RunRecord, now_iso
 
@@ -73,10 +76,14 @@ class LocalBackend:
             code=hostfacts.code_facts(spec, {}, code), rerun_of=request.rerun_of,
             image=hostfacts.image_facts(spec, {}, hostfacts.lockfile_digest(request.bundle.path)),
         )
-        record.supervisor = {"pid": os.getpid(), "host": os.uname().nodename}
+        # Who writes this record, as an identity (pid + start time + boot id), not a bare pid:
+        # tells a live run from a lost one, and `mxc cancel` signals only this very process.
+        record.supervisor = {"host": os.uname().nodename, **ProcessId.this_process().as_record()}
         record.tensorboard = str(_checkpoint_root(spec, run.path) / run.run_id / "tensorboard" / run.run_id)
         record.save(run.record)
+        scratch.sweep()  # what earlier runs killed without a chance to clean up left in /tmp/mxc-<uid>
 
+        watch = DeathWatch.start(run.path)  # if this process is SIGKILLed, the run's processes go too
         try:
             return self._supervise(request, plan, record, env, code)
         except BaseException as exc:  # the supervisor closes its own record; this covers the set-up before it
@@ -86,6 +93,8 @@ class LocalBackend:
                 record.message = f"could not set up the run: {type(exc).__name__}: {exc}"
                 record.save(run.record)
             raise
+        finally:
+            watch.release()
 
     def _supervise(self, request: RunRequest, plan: Plan, record: RunRecord, env: dict[str, str],
                    code: dict[str, Any] | None) -> RunRecord:

@@ -34,23 +34,23 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import signal
 import socket
 import struct
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mxc.fsutil import write_atomic, write_json_atomic
+from mxc.runtime import scratch
 from mxc.runtime.observe.hang import HangWatchdog, dump_pids
 from mxc.runtime.observe.observer import Observability, observability_dir
 from mxc.runtime.observe.prometheus import write_targets
 from mxc.runtime.observe.ray_launcher import HEAD_TIMEOUT, RayHead
 from mxc.runtime.observe.ray_node_launch import CLUSTER_FILE, NODE_FILE
+from mxc.runtime.procfs import ProcessId
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.slurm.events import NODE_STATUS
 
@@ -98,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ray_node is not None:
             ray_ready(run, args.node, args.attempt, ray_node)
             observer.info["ray"] = {"address": ray_node.address, "metrics_port": ray_node.metrics_port,
-                                    "pid": ray_node.process.pid if ray_node.process else None, "head": args.head}
+                                    "process": ray_node.identity.as_record() if ray_node.identity else None,
+                                    "head": args.head}
     except Exception as exc:
         _ray_failed(run, args, observer, exc)
     metrics = run.metrics_parts / f"attempt-{args.attempt}.rank-{args.rank}.jsonl"
@@ -128,15 +129,15 @@ def _ray_failed(run: RunDir, args: argparse.Namespace, observer: Observability, 
 
 def launch_ray(run: RunDir, node: str, cluster: dict[str, Any] | None) -> RayHead:
     """Start this node's part of the job's Ray cluster: the head, or a node joining ``cluster``."""
-    temp = Path(tempfile.mkdtemp(prefix="mxc-ray-", dir="/tmp"))  # unix sockets: keep the path short
+    temp = scratch.create(run.path)  # unix sockets: a short path, this user's alone (mxc.runtime.scratch)
     # A Ray cluster spanning nodes cannot live on loopback: it listens on the nodes' network address.
     bind = node_address(os.environ.get("MXC_NET_IFACE", ""))
     log = run.path / "ray" / f"{node}.log"
     if cluster is None:
-        ray_node = RayHead(temp_dir=temp, log_path=log, bind=bind, multi_node=True)
+        ray_node = RayHead(temp_dir=temp, log_path=log, run_dir=run.path, bind=bind, multi_node=True)
     else:
-        ray_node = RayHead(temp_dir=temp, log_path=log, bind=bind, join=cluster["address"], token=cluster["token"],
-                           multi_node=True)
+        ray_node = RayHead(temp_dir=temp, log_path=log, run_dir=run.path, bind=bind, join=cluster["address"],
+                           token=cluster["token"], multi_node=True)
     ray_node.launch()
     return ray_node
 
@@ -175,7 +176,7 @@ def stop_ray(run: RunDir, node: str, attempt: int, ray_node: RayHead) -> None:
         (obs_dir / CLUSTER_FILE.format(attempt=attempt)).unlink(missing_ok=True)  # the token goes with the cluster
     ray_node.stop()
     ray_node.keep_logs(run.path / "ray" / node / "logs")
-    shutil.rmtree(ray_node.temp_dir, ignore_errors=True)
+    scratch.remove(ray_node.temp_dir)
 
 
 def _wait_json(path: Path, seconds: float, what: str) -> dict[str, Any]:
@@ -222,6 +223,7 @@ def _hung(run: RunDir, args: argparse.Namespace, timeout: float, idle: float) ->
     with open(rank_dir / "hang.log", "a") as fh:
         fh.write(line + "\n")
     pid = trainer_pid(run, args.rank)
+    trainer = ProcessId.capture(pid) if pid is not None else None  # the stack dump takes a while
     dumps = []
     if pid is not None:
         with contextlib.suppress(Exception):
@@ -231,9 +233,8 @@ def _hung(run: RunDir, args: argparse.Namespace, timeout: float, idle: float) ->
              "pid": pid, "stacks": [str(d.path) for d in dumps]}
     with open(rank_dir / "events.jsonl", "a") as fh:  # the entrypoint's format; job.sbatch greps for it
         fh.write(json.dumps(event) + "\n")
-    if pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    if trainer is not None:
+        trainer.send(signal.SIGKILL)  # only if it is still that process
 
 
 def _stop_requested() -> Any:

@@ -7,7 +7,8 @@ when the spec sets ``observability.enabled``: it returns the Ray launcher and th
 * on start: starts the exporter (``python -m mxc.runtime.observe.exporter``) and Prometheus on the
   run's TSDB (``<run>/prometheus/data``), writes their file_sd targets, has the launcher
   bring up Ray in the background (its metrics become a target too), and records URLs,
-  ports and pids in ``record.observability``;
+  ports and process identities (pid, start time, boot id) in ``record.observability``;
+  every helper carries ``MXC_RUN_DIR`` in its environment, like the training;
 * per attempt: appends to the run's event file (restarts become annotations) and runs the
   hang watchdog (``mxc.runtime.observe.hang``);
 * at the end: waits (bounded) until Prometheus has scraped once after training ended, so
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import socket
@@ -39,6 +41,7 @@ from mxc.runtime.observe import run_events
 from mxc.runtime.observe.hang import HangWatchdog, dump_stacks
 from mxc.runtime.observe.prometheus import PrometheusServer, write_targets
 from mxc.runtime.observe.ray_launcher import RayHead, RayLauncher
+from mxc.runtime.procfs import ProcessId
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
 
@@ -206,8 +209,8 @@ class Observability:
                 "--ready-file", str(ready), *self.exporter_args]
         with open(log_path, "ab") as log:
             self.exporter = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=subprocess.STDOUT, start_new_session=True)
-        self.info["exporter"] = {"pid": self.exporter.pid, "log": str(log_path)}
+                                             stderr=subprocess.STDOUT, start_new_session=True, env=_marked(run))
+        self.info["exporter"] = {**_identity(self.exporter.pid), "log": str(log_path)}
 
     def _exporter_target(self, run: RunDir, ready: Path) -> None:
         """Wait for the exporter's ready file, then point Prometheus at it."""
@@ -240,9 +243,10 @@ class Observability:
         else:
             config.write_text(default_config(self.settings["scrape_interval"], str(self.spec.get("name", "run"))))
         self.prometheus = PrometheusServer.start(config, tsdb_data(run), self.settings["bind"],
-                                                 self.settings["prometheus_port"], home / "prometheus.log")
+                                                 self.settings["prometheus_port"], home / "prometheus.log",
+                                                 env=_marked(run))
         self.info["prometheus"] = {"url": self.prometheus.url, "port": self.prometheus.port,
-                                   "pid": self.prometheus.process.pid, "config": str(config),
+                                   **_identity(self.prometheus.process.pid), "config": str(config),
                                    "log": str(home / "prometheus.log")}
 
     def _ray_ready(self, head: RayHead) -> None:
@@ -306,6 +310,18 @@ def default_config(scrape_interval: int, job: str) -> str:
             f"  - job_name: ray\n    scrape_interval: {max(scrape_interval, 15)}s\n"
             f"    scrape_timeout: {max(scrape_interval, 15)}s\n"
             "    file_sd_configs:\n      - files: ['targets/ray-*.json']\n")
+
+
+def _marked(run: RunDir) -> dict[str, str]:
+    """This environment plus ``MXC_RUN_DIR``: what is left of a killed run is found by it (``leftovers``)."""
+    return {**os.environ, "MXC_RUN_DIR": str(run.path)}
+
+
+def _identity(pid: int) -> dict[str, Any]:
+    """A helper's pid with its start time and boot id (``procfs.ProcessId``): a later look at the
+    record can tell it from an unrelated process that got the same pid."""
+    found = ProcessId.capture(pid)
+    return found.as_record() if found else {"pid": pid}
 
 
 def _log_line(run: RunDir, text: str) -> None:

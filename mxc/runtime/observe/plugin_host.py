@@ -7,7 +7,9 @@ Discovery, in order (the first plugin found under a name wins):
 2. the entry point group ``mxc.exporter_plugins`` (mxc's own: host, gpu, tensorboard);
 3. ``mxc.plugins.<name>`` itself, for an editable install whose entry points are stale.
 
-Names listed in exporter.json but found nowhere are reported as disabled ("not found").
+Names listed in exporter.json but found nowhere are reported as disabled ("not found"), and
+so are names that are no plugin name at all (``../x``, ``a.b``: ``PLUGIN_NAME_PATTERN``), which
+are never looked up: a name must not lead discovery out of the plugin directories or package.
 A plugin whose ``create`` or ``collect`` raises is disabled with the reason logged once and
 exported as ``mxc_exporter_plugin_up{plugin=...} 0``; the others keep serving.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -28,11 +31,13 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from mxc.plugins import PLUGIN_NAME_PATTERN
 from mxc.plugins.api import ENTRY_POINT_GROUP, ExporterPlugin, PluginContext, PluginUnavailable
 
 log = logging.getLogger("mxc.exporter")
 
 Factory = Callable[[PluginContext], ExporterPlugin]
+_NAME = re.compile(PLUGIN_NAME_PATTERN)
 
 
 @dataclass
@@ -74,9 +79,20 @@ def discover(wanted: Sequence[str], plugin_dirs: Sequence[Path]) -> dict[str, tu
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         found.setdefault(ep.name, (f"entry point {ep.value}", ep.load))
     for name in wanted:
-        if name not in found and importlib.util.find_spec(f"mxc.plugins.{name}") is not None:
+        if name not in found and valid_name(name) and _shipped(name):
             found[name] = (f"mxc.plugins.{name}", partial(importlib.import_module, f"mxc.plugins.{name}"))
     return found
+
+
+def valid_name(name: object) -> bool:
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
+def _shipped(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(f"mxc.plugins.{name}") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _factory(loaded: Any) -> Factory:
@@ -99,9 +115,15 @@ class PluginHost:
                  extra: Iterable[tuple[str, Any]] = ()) -> None:
         self.context = context
         self.slots: list[PluginSlot] = []
+        wanted = [n if isinstance(n, str) else repr(n) for n in wanted]  # exporter.json is only JSON
         found = discover(wanted, plugin_dirs)
         names = list(dict.fromkeys([*wanted, *[n for n, (origin, _) in found.items() if origin.endswith(".py")]]))
         for name in names:
+            if name not in found and not valid_name(name):
+                self.slots.append(PluginSlot(name, "", status="not found",
+                                             reason="not a plugin name (letters, digits and _ only)"))
+                log.warning("plugin %r: not a plugin name; ignored", name)
+                continue
             if name not in found:
                 self.slots.append(PluginSlot(name, "", status="not found", reason="no plugin of that name"))
                 log.warning("plugin %s: not found (entry point %s, plugins dirs %s)", name, ENTRY_POINT_GROUP,

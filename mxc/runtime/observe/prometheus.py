@@ -8,6 +8,10 @@ run's history the first time it is reopened after two weeks.
 Ports: Prometheus binds by itself, so a port is first probed free, then tried; if the
 process exits with "address already in use" (someone took it meanwhile) the next port is
 tried. Ready means ``/-/ready`` answers 200.
+
+No ``--web.enable-lifecycle``: its ``/-/quit`` and ``/-/reload`` take no authentication, so anyone
+on the host could stop or reconfigure a run's Prometheus. mxc stops it by signal instead
+(SIGTERM to the process it started, which it alone can reap, so the pid cannot have been reused).
 """
 
 from __future__ import annotations
@@ -141,18 +145,19 @@ class PrometheusServer:
 
     @classmethod
     def start(cls, config: Path, data: Path, bind: str = "127.0.0.1", first_port: int = 9190,
-              log_path: Path | None = None, extra_args: tuple[str, ...] = ()) -> PrometheusServer:
+              log_path: Path | None = None, extra_args: tuple[str, ...] = (),
+              env: dict[str, str] | None = None) -> PrometheusServer:
         binary = prometheus_binary()
         data.mkdir(parents=True, exist_ok=True)
         log_path = log_path or config.parent / "prometheus.log"
         last_error = ""
         for port in free_ports(bind, first_port):
             argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
-                    f"--web.listen-address={bind}:{port}", f"--storage.tsdb.retention.time={RETENTION}",
-                    "--web.enable-lifecycle", *extra_args]
+                    f"--web.listen-address={bind}:{port}", f"--storage.tsdb.retention.time={RETENTION}", *extra_args]
             with open(log_path, "ab") as log:
                 process = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
-                                           stderr=subprocess.STDOUT, cwd=config.parent, start_new_session=True)
+                                           stderr=subprocess.STDOUT, cwd=config.parent, start_new_session=True,
+                                           env=env)
             server = cls(process, bind, port, config, data)
             deadline = time.monotonic() + READY_TIMEOUT
             while time.monotonic() < deadline:
@@ -170,7 +175,8 @@ class PrometheusServer:
         raise RuntimeError(f"prometheus failed to start: {last_error.strip()[-500:]} (log: {log_path})")
 
     def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM (Prometheus flushes and closes the TSDB), SIGKILL after ``timeout``."""
+        """SIGTERM (Prometheus flushes and closes the TSDB), SIGKILL after ``timeout``; to our own
+        unreaped child only (``Popen`` signals nothing once it has reaped it)."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGTERM)

@@ -13,8 +13,12 @@ Ray's own metrics (``--metrics-export-port``) land in the run's Prometheus next 
   (without it the driver resolves 127.0.0.1 to the host's address and cannot connect), and
   explicit free ports for every Ray server (its defaults, 8265/10001/..., collide between
   runs on one machine).
-* Ray's unix sockets must fit in 107 bytes, so its temp dir is short (``/tmp/mxc-ray-XXXX``);
-  the logs are copied to ``<run>/ray/logs`` when the run ends and the temp dir is removed.
+* Ray's unix sockets must fit in 107 bytes, so its temp dir is short: the run's own under
+  ``/tmp/mxc-<uid>/`` (``mxc.runtime.scratch``: this user's alone, never Ray's shared ``/tmp/ray``);
+  the logs are copied to ``<run>/ray/logs`` when the run ends and the temp dir is removed. A
+  run killed before that leaves it to its death watch, ``mxc cancel`` or the next ``mxc run``.
+* Every Ray process of the run carries ``MXC_RUN_DIR`` in its environment, so what is left of
+  a killed run can be found (``mxc.runtime.leftovers``).
 * The training subprocess runs in its own process group inside the actor (the same
   ``LocalLauncher`` as without Ray), its output appended to the run's log; exit codes and
   signals flow back through the actor. If the actor dies, the training is killed by its
@@ -31,7 +35,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,10 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mxc.runtime import scratch
 from mxc.runtime.lifetime import tied_to_caller
 from mxc.runtime.local.launcher import LocalLauncher, LocalProcess
 from mxc.runtime.observe.prometheus import free_ports
-from mxc.runtime.procfs import session_processes
+from mxc.runtime.procfs import ProcessId, session_processes
 
 HEAD_TIMEOUT = 120.0
 # Ray runs workers at nice 15 by default; the training inherits its actor's priority, and at
@@ -66,6 +70,7 @@ class RayHead:
 
     temp_dir: Path
     log_path: Path
+    run_dir: Path | None = None  # marks every Ray process of the run (MXC_RUN_DIR in their environment)
     bind: str = "127.0.0.1"
     join: str | None = None
     multi_node: bool = False  # a cluster spanning nodes (Slurm), on the nodes' network address
@@ -73,6 +78,7 @@ class RayHead:
     # its cluster (and a ~/.ray/auth_token left by someone else cannot get in the way).
     token: str = field(default_factory=lambda: secrets.token_hex(32))
     process: subprocess.Popen[bytes] | None = None
+    identity: ProcessId | None = None  # of ``ray start``, taken at launch
     gcs_port: int = 0
     metrics_port: int = 0
     ports: dict[str, int] = field(default_factory=dict)
@@ -108,11 +114,12 @@ class RayHead:
                     f"--dashboard-port={ports['dashboard']}", f"--dashboard-host={self.bind}", "--include-dashboard=false",
                     "--no-monitor"]
         argv = [ray_bin if Path(ray_bin).exists() else "ray", "start", "--block", *role, *node]
-        env = {**os.environ, **self.environment()}
+        env = {**os.environ, **self.environment(), **({"MXC_RUN_DIR": str(self.run_dir)} if self.run_dir else {})}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.identity = ProcessId.capture(self.process.pid)
 
     def wait_ready(self) -> None:
         assert self.process is not None
@@ -135,11 +142,14 @@ class RayHead:
                 self.process.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(grace)
-        for pid in session_processes(sid):
+        for pid in session_processes(sid):  # the session id is ours while ray start is unreaped
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         if self.process.poll() is None:
             self.process.kill()
+        deadline = time.monotonic() + grace
+        while session_processes(sid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # SIGKILLed: only the kernel's exit path is left
         self.process.wait()
 
     def keep_logs(self, dest: Path) -> None:
@@ -259,9 +269,9 @@ class RayLauncher:
         if self._thread is not None:
             return
         self.run_dir = run_dir
-        temp = Path(tempfile.mkdtemp(prefix="mxc-ray-", dir="/tmp"))
-        self.head = RayHead(temp_dir=temp, log_path=run_dir / "ray" / "head.log")
-        try:
+        try:  # a scratch dir that cannot be made (/tmp/mxc-<uid> not ours) means no Ray, not no training
+            self.head = RayHead(temp_dir=scratch.create(run_dir), log_path=run_dir / "ray" / "head.log",
+                                run_dir=run_dir)
             self.head.launch(self.num_cpus)  # in the caller's thread: the head dies with it (lifetime.py)
         except Exception as exc:
             self._error = exc
@@ -270,9 +280,9 @@ class RayLauncher:
 
     def _bring_up(self) -> None:
         try:
-            assert self.head is not None
             if self._error is not None:
                 return
+            assert self.head is not None
             os.environ.update(self.head.environment())  # read by ray at import: keep 127.0.0.1, use the run's token
             import ray  # noqa: F401  # while the head starts (an import takes about a second)
 
@@ -336,13 +346,14 @@ class RayLauncher:
             self.head.stop()
             if self.run_dir is not None:
                 self.head.keep_logs(self.run_dir / "ray" / "logs")
-            shutil.rmtree(self.head.temp_dir, ignore_errors=True)
+            scratch.remove(self.head.temp_dir)
 
     def describe(self) -> dict[str, Any]:
+        if self.fallback is not None:
+            return {"error": self.fallback, **({"log": str(self.head.log_path)} if self.head else {})}
         if self.head is None:
             return {}
-        if self.fallback is not None:
-            return {"error": self.fallback, "log": str(self.head.log_path)}
+        identity = self.head.identity
         return {"address": self.head.address, "metrics_port": self.head.metrics_port, "ports": self.head.ports,
-                "head_pid": self.head.process.pid if self.head.process else None, "temp_dir": str(self.head.temp_dir),
+                "head": identity.as_record() if identity else None, "temp_dir": str(self.head.temp_dir),
                 "logs": str(self.run_dir / "ray") if self.run_dir else None}

@@ -22,7 +22,7 @@ from typing import Any
 from mxc.errors import UserError
 from mxc.runtime.observe.observer import tsdb_data
 from mxc.runtime.observe.prometheus import PrometheusAPI, PrometheusServer, readonly_copy
-from mxc.runtime.procfs import pid_alive
+from mxc.runtime.procfs import ProcessId
 from mxc.runtime.record import RunRecord, epoch_seconds
 from mxc.runtime.rundir import RunDir
 
@@ -64,7 +64,8 @@ class OpenTSDB:
 
 def _live_url(record: RunRecord) -> str | None:
     info = (record.observability or {}).get("prometheus") or {}
-    if record.final or not pid_alive(info.get("pid")):
+    process = ProcessId.from_record(info)  # a bare pid could be anyone's by now
+    if record.final or process is None or not process.is_alive():
         return None
     url = info.get("url")
     if url and PrometheusAPI(url).ready():

@@ -2,12 +2,17 @@
 
 ``plan`` builds the exact sbatch command (``--output`` into the run directory, the
 bundle's and run's paths passed with ``--export``) and shows the script it submits, as is;
-``run`` submits it and returns at once with the job queued. There is no daemon: every
-``mxc`` command that looks at a live Slurm run (``runs``, ``logs -f``, ``cancel``) calls
-``refresh``, which asks Slurm for the job's state (squeue, then sacct / sacct -c), reads what
-the job wrote into the run directory, and rewrites ``record.json``; the refresh that sees the
-job end writes the final record. Where compute nodes cannot requeue (no scontrol), the job
-leaves ``resubmit.request`` and the next refresh resubmits the same bundle into the same run.
+``run`` submits it and returns at once with the job queued. No mxc process stays with the
+job, so two functions bring Slurm's view of it in:
+
+* ``view`` (every read: ``mxc runs``, ``logs -f``, ``triage``, ``metrics``, ``report``) asks Slurm
+  for the job's state (squeue, then sacct / sacct -c), reads what the job wrote into the run
+  directory and folds both into a copy of the record. It writes no record, submits, cancels
+  and sends nothing.
+* ``refresh`` (``mxc watch``, ``mxc cancel``) does the same, saves ``record.json`` (the final record
+  once the job ended), sends the alerts the change calls for and, where compute nodes
+  cannot requeue (no scontrol) and the job left ``resubmit.request``, resubmits the same
+  bundle into the same run: the bundle from the store, verified, with recomputed exports.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ import contextlib
 import fcntl
 import importlib.util
 import os
+import re
 import shlex
 import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +36,12 @@ from mxc.errors import UserError
 from mxc.runtime.backends import DEFAULT_PYTHON, Plan, RunRequest, allocate_run_dir, recorded_environment
 from mxc.runtime.metrics_merge import write_merged
 from mxc.runtime.provenance.environment import scrubbed
-from mxc.runtime.record import RunRecord, now_iso
+from mxc.runtime.record import RunRecord, iso_time, now_iso
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.slurm import events as slurm_events
 from mxc.runtime.slurm import query as slurm_query
 from mxc.runtime.slurm.query import JobState
+from mxc.store import Store, StoredBundle
 
 
 @dataclass
@@ -156,8 +164,8 @@ class SlurmBackend:
         record.status = "queued"
         record.save(run.record)
         if not request.quiet:
-            print(f"mxc: submitted Slurm job {job_id} for run {run.run_id}; follow it with: mxc logs {run.run_id} -f",
-                  file=sys.stderr)
+            print(f"mxc: submitted Slurm job {job_id} for run {run.run_id}; follow it with: mxc logs {run.run_id} -f; "
+                  f"`mxc watch {run.run_id}` keeps its record, alerts and resubmissions going", file=sys.stderr)
         return record
 
 
@@ -188,37 +196,57 @@ def _locked(run: RunDir) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def refresh(run: RunDir, record: RunRecord | None = None) -> RunRecord:
-    """The run's record, brought up to date from Slurm and the run directory (and saved if changed)."""
+def view(run: RunDir, record: RunRecord | None = None) -> RunRecord:
+    """The run as Slurm and the job's files say it is now: what ``mxc runs``, ``logs``, ``triage``,
+    ``metrics`` and ``report`` show. A read: record.json is not written, nothing is submitted,
+    cancelled or sent (a requested resubmission is shown as pending; ``mxc watch`` acts)."""
     record = record or RunRecord.load(run.record)
     if record.final or record.backend != "slurm":
         return record
+    seen = record.model_copy(deep=True)
+    if _update(run, seen) is not None:
+        seen.message = (f"job {(seen.slurm or {}).get('job_id')} asked to be resubmitted; "
+                        f"`mxc watch {run.run_id}` resubmits it")
+    return seen
+
+
+def refresh(run: RunDir) -> RunRecord:
+    """Bring record.json up to date from Slurm and the run directory, and act on it: resubmit a
+    job that asked for it (the stored bundle, verified), send the alerts the change calls for.
+    Only for commands whose job is to act (``mxc watch``, ``mxc cancel``)."""
     with _locked(run):
         record = RunRecord.load(run.record)
-        if record.final:
+        if record.final or record.backend != "slurm":
             return record
-        before = record.model_dump_json()
-        _update(run, record)
-        if record.model_dump_json() != before:
+        before = record.model_copy(deep=True)
+        request = _update(run, record)
+        if request is not None:
+            _resubmit(run, record, request)
+        if record.model_dump_json() != before.model_dump_json():
             record.save(run.record)
-            _alert(run, RunRecord.model_validate_json(before), record)
+            _alert(run, before, record)
     return record
 
 
 def _alert(run: RunDir, before: RunRecord, after: RunRecord) -> None:
-    """No mxc process follows a Slurm job: alerts go out when a look at the record sees a change."""
-    from mxc.fsutil import mxc_home
+    """No mxc process follows a Slurm job: ``mxc watch`` sends alerts when it sees a change."""
     from mxc.runtime import notify
-    from mxc.store import Store
 
     try:
-        spec = Store(mxc_home()).get(after.bundle).spec()
+        spec = _store(run).get(after.bundle).spec()
     except UserError:
         return  # the bundle left the store: no notify settings to follow
     notify.notify_transition(spec, run, before, after)
 
 
-def _update(run: RunDir, record: RunRecord) -> None:
+def _store(run: RunDir) -> Store:
+    """The store this run belongs to: ``<home>/runs/<run-id>`` -> ``<home>``."""
+    return Store(run.path.parent.parent)
+
+
+def _update(run: RunDir, record: RunRecord) -> dict[str, Any] | None:
+    """Fold Slurm's state and the job's files into ``record`` (in memory). Returns the job's
+    resubmission request when the job ended asking for one, else None."""
     slurm = dict(record.slurm or {})
     job_id = str(slurm.get("job_id", ""))
     state = slurm_query.query(job_id) if job_id else JobState(job_id="", state="UNKNOWN")
@@ -246,18 +274,18 @@ def _update(run: RunDir, record: RunRecord) -> None:
         if state.time_left:
             slurm["time_left"] = state.time_left
     record.slurm = slurm
-    merged = write_merged(run.metrics_parts, run.metrics)
+    merged = write_merged(run.metrics_parts, run.metrics)  # derived from the job's files alone
     if merged.steps:
         record.steps, record.last_loss = merged.steps, merged.last_loss
     if not state.ended:
         if state.state != "UNKNOWN":  # else keep what we knew (Slurm could not be asked just now)
             record.status = state.status  # type: ignore[assignment]
-        return
+        return None
     request = files.resubmit_request
     if request and str(request.get("job_id")) == job_id and not files.cancel_requested:
-        _resubmit(run, record, request)
-        return
+        return request
     _finish(record, state, files)
+    return None
 
 
 def _finish(record: RunRecord, state: JobState, files: slurm_events.JobFiles) -> None:
@@ -281,30 +309,69 @@ def _finish(record: RunRecord, state: JobState, files: slurm_events.JobFiles) ->
         record.message = "cancelled with mxc cancel" if files.cancel_requested else f"Slurm job {state.job_id} was cancelled"
     elif not record.message:
         record.message = f"Slurm job {state.job_id} ended {state.state}" + (f" ({state.reason})" if state.reason else "")
-    record.ended = now_iso()
+    record.ended = _slurm_time(state.end) or now_iso()
     if record.attempts and record.attempts[-1].ended is None:
         record.attempts[-1].ended = record.ended
         record.attempts[-1].exit_code = record.exit_code
     record.final = True
 
 
+def _slurm_time(text: str) -> str | None:
+    """A Slurm time (``2026-01-01T12:00:00``, the cluster's local time) in the record's format;
+    None for Slurm's ``Unknown``/``None`` (so every view of an ended job says the same end)."""
+    try:
+        return iso_time(datetime.fromisoformat(text).timestamp()) if text else None
+    except ValueError:
+        return None
+
+
 def _resubmit(run: RunDir, record: RunRecord, request: dict[str, Any]) -> None:
-    """Submit the same bundle into the same run again, one restart further on."""
+    """Submit the same bundle into the same run again, one restart further on.
+
+    Nothing to submit is taken from record.json, which anyone who can write the run
+    directory could have changed: the bundle comes from the store, found by the record's
+    hash and verified file by file, and the exports are recomputed as ``mxc run`` computed
+    them (only ``MXC_RESUBMITS`` differs).
+    """
     slurm = dict(record.slurm or {})
     old = str(request.get("job_id"))
     resubmits = int(slurm.get("resubmits", 0)) + 1
-    exports = {**slurm.get("exports", {}), "MXC_RESUBMITS": str(resubmits)}
-    bundle_dir = Path(exports["MXC_BUNDLE_DIR"])
-    argv = sbatch_argv(bundle_dir, run, exports)
+    bundle = _verified_bundle(run, record)
+    exports = job_exports(RunRequest(home=_store(run).home, bundle=bundle, spec=bundle.spec()), run, resubmits)
+    recorded = {k: str(v) for k, v in dict(slurm.get("exports") or {}).items()}
+    expected = scrubbed(exports)  # what mxc run recorded (secret-shaped parts redacted)
+    differ = sorted(k for k in set(recorded) | set(expected) if k != "MXC_RESUBMITS" and recorded.get(k) != expected.get(k))
+    if differ:
+        print(f"mxc: warning: run {run.run_id}: record.json's exports differ from what its bundle gives here "
+              f"({', '.join(differ)}); resubmitting with the recomputed ones", file=sys.stderr)
+    argv = sbatch_argv(bundle.path, run, exports)
     job_id = slurm_query.submit(argv)
     (run.path / slurm_events.RESUBMIT_REQUEST).rename(run.path / f"{slurm_events.RESUBMIT_REQUEST}.{old}")
     slurm["jobs"] = [*slurm.get("jobs", []), {"job_id": job_id, "submitted": now_iso(), "resubmits": resubmits,
                                                "resubmit_of": old, "why": request.get("why"),
                                                "cause": request.get("cause")}]
-    slurm.update(job_id=job_id, exports=exports, resubmits=resubmits, state="PENDING")
+    slurm.update(job_id=job_id, exports=expected, resubmits=resubmits, state="PENDING")
     record.slurm = slurm
     record.status = "queued"
     record.message = f"resubmitted by mxc as job {job_id}: {request.get('why')}"
+
+
+def _verified_bundle(run: RunDir, record: RunRecord) -> StoredBundle:
+    """The run's bundle from the store, intact; a UserError names why not."""
+    digest = record.bundle
+    if not re.fullmatch(r"[0-9a-f]{64}", digest) or not run.run_id.endswith(digest[:8]):
+        raise UserError(f"run {run.run_id}: record.json names bundle {digest[:16]!r}, not this run's",
+                        "not resubmitting; the record was changed")
+    store = _store(run)
+    if not (store.bundles / digest).is_dir():
+        raise UserError(f"run {run.run_id}: bundle {digest[:12]} is no longer in the store; not resubmitting",
+                        f"rebuild it into {store.bundles}")
+    bundle = StoredBundle(digest, store.bundles / digest)
+    problems = store.verify(bundle)
+    if problems:
+        raise UserError(f"run {run.run_id}: bundle {digest[:12]} is damaged ({problems[0]}); not resubmitting",
+                        f"check it with: mxc verify {digest[:12]}")
+    return bundle
 
 
 # ---- cancel

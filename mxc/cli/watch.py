@@ -1,0 +1,110 @@
+"""``mxc watch``: the one command that acts on what Slurm says about a run.
+
+Reads (``mxc runs``, ``logs``, ``triage``, ...) only show a Slurm run as it is now. ``mxc watch``
+saves what they show into record.json (the final record once the job ended), sends the
+alerts the change calls for, and resubmits a job that asked for it (compute nodes without
+scontrol) from the stored, verified bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from mxc.cli.common import add_command, add_json, print_json, store
+
+
+def register(sub: Any) -> None:
+    p = add_command(sub, "watch", "keep Slurm runs' records current: save their state, send alerts, resubmit on request",
+                    "mxc watch                # every live Slurm run, until all have ended\n"
+                    "mxc watch 20260101-1200 --once", _watch)
+    p.add_argument("runs", nargs="*", metavar="RUN", help="run ids or unique prefixes (default: every live Slurm run)")
+    p.add_argument("--once", action="store_true", help="one look at each run, then exit")
+    p.add_argument("--interval", type=float, default=30.0, metavar="SECONDS", help="between looks (default 30)")
+    add_json(p)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from mxc.errors import UserError
+    from mxc.runtime import runs
+
+    home = store().home
+    if args.interval <= 0:
+        raise UserError(f"--interval {args.interval:g}: expected a number of seconds above 0")
+    named = [runs.find_run(home, ref) for ref in args.runs]
+    problems = 0
+    while True:
+        selected = named or [r for r in runs.all_runs(home) if _live_slurm(r)]
+        if not selected:
+            print("mxc: no live Slurm run to watch", file=sys.stderr)
+        records = []
+        for run in selected:
+            record, ok = _look(run)
+            problems += 0 if ok else 1
+            if record is not None:
+                records.append(record)
+        live = [r for r in records if not r.final and r.backend == "slurm"]
+        if args.once or not live:
+            break
+        time.sleep(args.interval)
+    if args.json:
+        print_json([r.model_dump(mode="json") for r in records])
+    return 1 if problems else 0
+
+
+def _live_slurm(run: Any) -> bool:
+    from mxc.runtime.record import RunRecord
+
+    try:
+        record = RunRecord.load(run.record)
+    except (OSError, ValueError):
+        return False
+    return record.backend == "slurm" and not record.final
+
+
+def _look(run: Any) -> tuple[Any, bool]:
+    """Refresh one run and say what changed; (record or None, whether it went well)."""
+    from mxc.errors import UserError
+    from mxc.runtime import runs
+    from mxc.runtime.record import RunRecord
+
+    try:
+        before = RunRecord.load(run.record)
+    except (OSError, ValueError) as exc:
+        print(f"mxc: error: run {run.run_id}: record.json is unreadable ({str(exc).splitlines()[0]})", file=sys.stderr)
+        return None, False
+    if before.final:
+        return before, True
+    if before.backend != "slurm":
+        what = "lost: `mxc cancel` ends what is left of it" if runs.shown_status(before) == "lost" \
+            else "its supervisor (mxc run) keeps its record"
+        print(f"mxc: run {run.run_id} is a {before.backend} run, {what}", file=sys.stderr)
+        return before, True
+    from mxc.runtime.slurm.backend import refresh
+
+    try:
+        after = refresh(run)
+    except UserError as exc:
+        print(f"mxc: error: {exc}", file=sys.stderr)
+        return None, False
+    except Exception as exc:  # Slurm unreachable just now: the next look tries again
+        print(f"mxc: warning: run {run.run_id}: could not ask slurm about it: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return before, False
+    for line in _changes(before, after):
+        print(f"mxc: run {run.run_id}: {line}", file=sys.stderr)
+    return after, True
+
+
+def _changes(before: Any, after: Any) -> list[str]:
+    out = []
+    jobs_before = len((before.slurm or {}).get("jobs", []))
+    jobs_after = (after.slurm or {}).get("jobs", [])
+    for job in jobs_after[jobs_before:]:
+        out.append(f"resubmitted as Slurm job {job.get('job_id')} ({job.get('why')})")
+    if after.status != before.status or after.final != before.final:
+        end = f": {after.message}" if after.final and after.message else ""
+        out.append(f"{before.status} -> {after.status}{end}")
+    return out
