@@ -7,7 +7,7 @@
 # Review the diff; scripts/setup.sh installs these files with --require-hashes.
 set -euo pipefail
 cd "$(dirname "$0")/../lockfiles"
-uv=${UV:-../.venv/bin/uv}
+uv=${UV:-$PWD/../.venv/bin/uv}
 common=(--generate-hashes --python-version 3.12 --python-platform x86_64-manylinux_2_28 --quiet
         --custom-compile-command "tools/lock_setup.sh")
 for name in mxc dev; do
