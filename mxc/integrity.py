@@ -140,6 +140,12 @@ def _verified_manifest(bundle_dir: str, expected_hash: str) -> tuple[bytes, dict
         raise BundleError(f"{MANIFEST}: malformed: {exc}") from None
 
 
+def _shown(name: str) -> str:
+    """A name from the directory as it may be printed: quoted when it holds anything but plain characters
+    (an escape sequence in a file name must not reach a terminal)."""
+    return name if all(part and _PART.match(part) for part in name.split("/")) else repr(name)
+
+
 def _unlisted(bundle_dir: str, files: dict[str, str]) -> list[str]:
     """Entries of the bundle directory that its manifest does not list (one directory level deep)."""
     listed_dirs = {name.split("/")[0] for name in files if "/" in name}
@@ -149,10 +155,10 @@ def _unlisted(bundle_dir: str, files: dict[str, str]) -> list[str]:
             continue
         path = os.path.join(bundle_dir, entry)
         if entry in listed_dirs and stat.S_ISDIR(os.lstat(path).st_mode):
-            extra += [f"{entry}/{inner}" for inner in sorted(os.listdir(path))
+            extra += [_shown(f"{entry}/{inner}") for inner in sorted(os.listdir(path))
                       if f"{entry}/{inner}" not in files]
         else:
-            extra.append(entry)
+            extra.append(_shown(entry))
     return extra
 
 

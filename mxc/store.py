@@ -88,12 +88,12 @@ class Store:
         if bad or not _BUNDLE_HASH.match(digest):
             raise ValueError(f"not a storable bundle: {digest!r}, names {bad}")  # a bug in the compiler, not input
         final = self.bundles / digest
+        tempdirs.sweep(self.bundles)  # what killed builds left behind, whether or not this one writes
         problems = integrity.check(final, digest) if os.path.lexists(final) else []
         if os.path.lexists(final) and not problems:
             return StoredBundle(digest, final), Stored("unchanged")
         try:
             self.bundles.mkdir(parents=True, exist_ok=True)
-            tempdirs.sweep(self.bundles)
             tmp = tempdirs.make(self.bundles)
         except OSError as exc:
             raise cannot_write(f"the bundle store {self.bundles}", exc) from None

@@ -406,6 +406,9 @@ def test_subdirectory_files_are_stored_and_verified(tmp_path: Path) -> None:
     node.chmod(0o755)
     (node / "__pycache__").mkdir()  # bytecode python would load instead of the hashed source
     assert Store(tmp_path).verify(stored) == ["mxc_node/__pycache__: not in the manifest"]
+    (stored.path / "\x1b[2Jforged").write_text("")  # a name that would drive the terminal
+    assert Store(tmp_path).verify(stored) == ["'\\x1b[2Jforged': not in the manifest",
+                                              "mxc_node/__pycache__: not in the manifest"]
 
 
 # ---- 4. a full disk: one line, nothing half-written
