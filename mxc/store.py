@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mxc import integrity, tempdirs
+from mxc import tempdirs
 from mxc.errors import UserError, cannot_write
 from mxc.fsutil import loads, read_bounded, write_atomic
-from mxc.integrity import MANIFEST
+from mxc.node import integrity
+from mxc.node.integrity import MANIFEST
 
 EXECUTABLES = frozenset({"entrypoint.sh", "job.sbatch", "preflight.sh"})
 _HEX = re.compile(r"^[0-9a-f]+$")

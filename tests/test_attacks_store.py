@@ -383,7 +383,7 @@ def test_repair_message_on_the_terminal(mxc: Mxc, mxc_home: Path) -> None:
 
 
 def test_manifest_names_confined_to_the_bundle() -> None:
-    from mxc import integrity
+    from mxc.node import integrity
 
     ok = ["env.sh", "job.sbatch", "mxc_node/__main__.py", "lock.json", "a-b_c.d"]
     bad = ["", ".", "..", "../x", "/etc/x", "a/../b", "a//b", ".hidden", "a/.b", "a/b/c", "manifest.json", "a\nb",
@@ -409,6 +409,28 @@ def test_subdirectory_files_are_stored_and_verified(tmp_path: Path) -> None:
     (stored.path / "\x1b[2Jforged").write_text("")  # a name that would drive the terminal
     assert Store(tmp_path).verify(stored) == ["'\\x1b[2Jforged': not in the manifest",
                                               "mxc_node/__pycache__: not in the manifest"]
+
+
+def test_the_node_side_check_runs_under_the_system_python(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    """The same function, copied alone as the node program ships it, run by a compute node's own
+    python3 outside any virtualenv: intact, then changed."""
+    import shutil
+
+    digest = build(mxc, TINY)
+    bundle = mxc_home / "bundles" / digest
+    shutil.copy(REPO / "mxc/node/integrity.py", tmp_path / "integrity.py")
+    code = "import json, sys, integrity; print(json.dumps(integrity.check(sys.argv[1], sys.argv[2])))"
+
+    def node_check() -> list[str]:
+        out = subprocess.run(["/usr/bin/python3", "-E", "-s", "-B", "-c", code, str(bundle), digest], cwd=tmp_path,
+                             capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+        assert out.returncode == 0, out.stderr
+        problems: list[str] = json.loads(out.stdout)
+        return problems
+
+    assert node_check() == []
+    tamper(bundle, "entrypoint.sh", "echo injected\n")
+    assert node_check() == ["entrypoint.sh: changed (sha256 differs from the manifest)"]
 
 
 # ---- 4. a full disk: one line, nothing half-written

@@ -142,7 +142,7 @@ class LocalBackend:
 
 def _bundle_problem(request: RunRequest) -> str | None:
     """Checked before every attempt: a restart must run the bundle that was reviewed, not one edited since."""
-    from mxc import integrity
+    from mxc.node import integrity
 
     problems = integrity.check(request.bundle.path, request.bundle.hash)
     if not problems:

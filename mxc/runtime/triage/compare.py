@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxc import integrity
 from mxc.compiler.diff import Change, diff_specs
+from mxc.node import integrity
 from mxc.runtime.metrics_merge import LOSS_KEY, read_lines
 from mxc.runtime.provenance.hostfacts import Drift
 from mxc.runtime.provenance.hostfacts import compare as compare_facts
