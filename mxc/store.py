@@ -11,7 +11,6 @@ unique prefix.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import re
@@ -179,6 +178,8 @@ def _write_files(root: Path, files: dict[str, str]) -> None:
 def _exchange(new: Path, old: Path) -> None:
     """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE): a reader sees the old bundle
     or the new one, never none. Where the file system cannot exchange, two renames."""
+    import ctypes  # only a repair needs it
+
     libc = ctypes.CDLL(None, use_errno=True)
     renameat2 = getattr(libc, "renameat2", None)
     at_fdcwd, rename_exchange = -100, 2
