@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from mxc import __version__
 from mxc.compiler import Bundle, compile_spec
-from mxc.fsutil import mxc_home
 from mxc.specfiles import SpecFiles
 
 
 def compile_file(path: str, overrides: tuple[str, ...] = ()) -> Bundle:
     """Compile ``path``; ``extends`` reads only inside its repository (mxc/specfiles.py)."""
-    from mxc.compiler.render import cache_templates
-
-    cache_templates(str(mxc_home() / "cache" / f"templates-{__version__}"))
     return compile_spec(path, SpecFiles.for_spec(path), overrides, mxc_version=__version__)

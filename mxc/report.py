@@ -13,12 +13,12 @@ import base64
 import contextlib
 import html
 import io
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mxc.fsutil import iter_lines, loads
 from mxc.runtime.record import RunRecord, epoch_seconds
 from mxc.runtime.rundir import RunDir
 
@@ -66,7 +66,7 @@ class RunData:
             "run": self.run.run_id, "spec": self.record.spec_name, "bundle": self.record.bundle[:12],
             "status": self.record.status, "steps": len(self.steps), "final_loss": losses[-1] if losses else None,
             "median_step_seconds": statistics.median(steady) if steady else None,
-            "steps_per_second": 1 / statistics.median(steady) if steady else None,
+            "steps_per_second": 1 / statistics.median(steady) if steady and statistics.median(steady) > 0 else None,
             "median_tokens_per_second_per_device": statistics.median(tokens[2:] or tokens) if tokens else None,
             "first_step_seconds": times[0] if times else None,
             "restarts": self.record.restarts, "duration_seconds": duration,
@@ -78,11 +78,11 @@ def load_steps(data: RunData) -> None:
     if not path.is_file():
         return
     rows: dict[int, dict[str, Any]] = {}
-    for line in path.read_text("utf-8", errors="replace").splitlines():
+    for line in iter_lines(path):
         try:
-            row = json.loads(line)
+            row = loads(line.decode("utf-8", "replace"))
             rows[int(float(row["step"]))] = row
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             continue
     data.steps = sorted(rows)
     for key in (LOSS, STEP_TIME, TOKENS, LR):
@@ -138,11 +138,9 @@ def _training_spans(run: RunDir, started: float) -> list[tuple[float, float]]:
     spans: list[tuple[float, float]] = []
     begin: float | None = None
     path = run.path / "observability" / EVENTS
-    if not path.is_file():
-        return spans
-    for line in path.read_text().splitlines():
+    for line in iter_lines(path):
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            event = json.loads(line)
+            event = loads(line.decode("utf-8", "replace"))
             if event["event"] == "attempt_start":
                 begin = float(event["time"]) - started
             elif event["event"] == "attempt_end" and begin is not None:

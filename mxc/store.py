@@ -1,26 +1,32 @@
 """The content-addressed bundle store: ``$MXC_HOME/bundles/<sha256>/``.
 
-Bundles are written to a temporary directory and renamed into place, then made
-read-only; a bundle that exists is never rewritten. Lookups accept any unique prefix.
+Bundles are written to a temporary directory and renamed into place, then made read-only.
+Nothing read from the store is trusted: every file is read through ``mxc.integrity`` (its
+manifest must hash to the bundle's name, the file must hash to its manifest entry), and a
+bundle is verified whole before each use. A rebuild verifies the stored copy too: a damaged
+one is replaced atomically by the fresh build, which says so. A build that was killed leaves
+a temporary directory that the next build removes (``mxc.tempdirs``). Lookups accept any
+unique prefix.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import errno
 import os
 import re
-import shutil
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
-from mxc.compiler.manifest import MANIFEST, bundle_hash, manifest_files
-from mxc.errors import UserError
-from mxc.fsutil import write_atomic
+from mxc import tempdirs
+from mxc.errors import UserError, cannot_write
+from mxc.fsutil import loads, read_bounded, write_atomic
+from mxc.node import integrity
+from mxc.node.integrity import MANIFEST
 
 EXECUTABLES = frozenset({"entrypoint.sh", "job.sbatch", "preflight.sh"})
 _HEX = re.compile(r"^[0-9a-f]+$")
+_BUNDLE_HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -28,12 +34,47 @@ class StoredBundle:
     hash: str
     path: Path
 
-    def read(self, name: str) -> str:
-        return (self.path / name).read_text("utf-8")
+    def _damaged(self, problem: str) -> UserError:
+        return UserError(f"bundle {self.hash[:12]} is damaged: {problem}", f"check it with: mxc verify {self.hash[:12]}")
 
-    def spec(self) -> dict[str, object]:
-        data: dict[str, object] = json.loads(self.read("spec.json"))
+    def files(self) -> dict[str, str]:
+        """The verified manifest: every file's name and sha256."""
+        try:
+            return integrity.read_manifest(self.path, self.hash)
+        except integrity.BundleError as exc:
+            raise self._damaged(str(exc)) from None
+
+    def read(self, name: str) -> str:
+        """A file's text, only if the manifest lists it and its bytes are the ones listed."""
+        if name != MANIFEST and name not in (files := self.files()):
+            raise UserError(f"bundle {self.hash[:12]} has no file '{name}'", "files: " + ", ".join(sorted(files)))
+        try:
+            return integrity.read_file(self.path, self.hash, name).decode("utf-8")
+        except integrity.BundleError as exc:
+            raise self._damaged(str(exc)) from None
+        except UnicodeDecodeError:
+            raise self._damaged(f"{name}: not UTF-8 text") from None
+
+    def spec(self) -> dict[str, Any]:
+        try:
+            data = loads(self.read("spec.json"))
+        except ValueError as exc:
+            raise self._damaged(f"spec.json: {str(exc).splitlines()[0][:100]}") from None
+        if not isinstance(data, dict):
+            raise self._damaged("spec.json: not a JSON object")
         return data
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What ``Store.put`` did: ``built`` a new bundle, found it ``unchanged``, or ``repaired`` a damaged copy."""
+
+    state: Literal["built", "unchanged", "repaired"]
+    problems: list[str] = field(default_factory=list)  # what was wrong with the copy that was repaired
+
+    @property
+    def created(self) -> bool:
+        return self.state != "unchanged"
 
 
 class Store:
@@ -41,49 +82,64 @@ class Store:
         self.home = home
         self.bundles = home / "bundles"
 
-    def put(self, files: dict[str, str], digest: str) -> tuple[StoredBundle, bool]:
-        """Store a compiled bundle; returns it and whether it was new."""
+    def put(self, files: dict[str, str], digest: str) -> tuple[StoredBundle, Stored]:
+        """Store a compiled bundle, or check the stored copy and replace it if it was damaged."""
+        bad = sorted(name for name in files if name != MANIFEST and not integrity.valid_name(name))
+        if bad or not _BUNDLE_HASH.match(digest):
+            raise ValueError(f"not a storable bundle: {digest!r}, names {bad}")  # a bug in the compiler, not input
         final = self.bundles / digest
-        if final.is_dir():
-            return StoredBundle(digest, final), False
-        self.bundles.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.bundles))
+        tempdirs.sweep(self.bundles)  # what killed builds left behind, whether or not this one writes
+        problems = integrity.check(final, digest) if os.path.lexists(final) else []
+        if os.path.lexists(final) and not problems:
+            return StoredBundle(digest, final), Stored("unchanged")
         try:
-            for name, text in files.items():
-                target = tmp / name
-                target.write_text(text, encoding="utf-8")
-                target.chmod(0o555 if name in EXECUTABLES else 0o444)
-            tmp.chmod(0o555)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not final.is_dir():  # another build won the race with the same content: fine
-                    raise
+            self.bundles.mkdir(parents=True, exist_ok=True)
+            tmp = tempdirs.make(self.bundles)
+        except OSError as exc:
+            raise cannot_write(f"the bundle store {self.bundles}", exc) from None
+        try:
+            _write_files(tmp, files)
+            if problems:
+                _exchange(tmp, final)  # tmp now holds the damaged copy, removed below
+            else:
+                try:
+                    os.rename(tmp, final)
+                except OSError:
+                    if integrity.check(final, digest):  # another build won the race with the same content: fine
+                        raise
+        except OSError as exc:
+            raise cannot_write(f"bundle {digest[:12]} into {self.bundles}", exc) from None
         finally:
-            if tmp.exists():
-                tmp.chmod(0o755)
-                shutil.rmtree(tmp)
-        return StoredBundle(digest, final), True
+            if os.path.lexists(tmp):
+                tempdirs.remove(tmp)
+        return StoredBundle(digest, final), Stored("repaired" if problems else "built", problems)
 
     def set_last(self, digest: str) -> None:
-        write_atomic(self.home / "last-build", digest + "\n")
+        try:
+            write_atomic(self.home / "last-build", digest + "\n")
+        except OSError as exc:
+            raise cannot_write(f"{self.home / 'last-build'}", exc) from None
 
     def last(self) -> StoredBundle:
         try:
-            digest = (self.home / "last-build").read_text().strip()
+            digest = read_bounded(self.home / "last-build", 4096).decode("ascii", "replace").strip()
         except FileNotFoundError:
             raise UserError("no bundle has been built yet", "run: mxc build specs/tiny.yaml") from None
+        except OSError as exc:
+            raise UserError(f"{self.home / 'last-build'} is unreadable ({exc})", "build again, or name the bundle") from None
         return self.get(digest)
 
     def hashes(self) -> list[str]:
-        if not self.bundles.is_dir():
+        """Every entry named like a bundle, damaged ones included (``verify`` says what is wrong)."""
+        try:
+            return sorted(name for name in os.listdir(self.bundles) if _BUNDLE_HASH.match(name))
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(p.name for p in self.bundles.iterdir() if p.is_dir() and _HEX.match(p.name))
 
     def get(self, prefix: str) -> StoredBundle:
         prefix = prefix.strip().lower()
         if not prefix or not _HEX.match(prefix):
-            raise UserError(f"'{prefix}' is not a bundle hash or prefix (hex digits)")
+            raise UserError(f"'{prefix[:80]}' is not a bundle hash or prefix (hex digits)")
         matches = [h for h in self.hashes() if h.startswith(prefix)]
         if not matches:
             raise UserError(f"no bundle matches '{prefix}' in {self.bundles}", "list bundles with: mxc ls")
@@ -94,20 +150,46 @@ class Store:
 
     def verify(self, bundle: StoredBundle) -> list[str]:
         """Problems found by recomputing every hash; empty when the bundle is intact."""
-        problems: list[str] = []
-        try:
-            manifest = bundle.read(MANIFEST)
-            listed = manifest_files(manifest)
-        except (OSError, ValueError, KeyError) as exc:
-            return [f"{MANIFEST}: unreadable ({exc})"]
-        if bundle_hash(manifest) != bundle.hash:
-            problems.append(f"{MANIFEST}: changed (its hash is {bundle_hash(manifest)[:12]}, not {bundle.hash[:12]})")
-        for name, expected in sorted(listed.items()):
-            path = bundle.path / name
-            if not path.is_file():
-                problems.append(f"{name}: missing")
-            elif hashlib.sha256(path.read_bytes()).hexdigest() != expected:
-                problems.append(f"{name}: changed (sha256 differs from the manifest)")
-        extra = sorted(p.name for p in bundle.path.iterdir() if p.name not in listed and p.name != MANIFEST)
-        problems += [f"{name}: not in the manifest" for name in extra]
-        return problems
+        return integrity.check(bundle.path, bundle.hash)
+
+    def require_intact(self, bundle: StoredBundle) -> None:
+        """Refuse (exit 2, one line) to use a bundle whose files are not exactly the ones its hash names."""
+        problems = self.verify(bundle)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise bundle._damaged(problems[0] + more)
+
+
+def _write_files(root: Path, files: dict[str, str]) -> None:
+    """The bundle's files, read-only (scripts executable), in a directory that becomes read-only too."""
+    subdirs = sorted({name.split("/")[0] for name in files if "/" in name})
+    for sub in subdirs:
+        (root / sub).mkdir()
+    for name, text in files.items():
+        target = root / name
+        with open(target, "x", encoding="utf-8") as fh:
+            fh.write(text)
+        target.chmod(0o555 if name in EXECUTABLES else 0o444)
+    for sub in subdirs:
+        (root / sub).chmod(0o555)
+    root.chmod(0o555)
+
+
+def _exchange(new: Path, old: Path) -> None:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE): a reader sees the old bundle
+    or the new one, never none. Where the file system cannot exchange, two renames."""
+    import ctypes  # only a repair needs it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2 is not None:
+        if renameat2(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(old), rename_exchange) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+            raise OSError(code, os.strerror(code), str(old))
+    aside = tempdirs.make(old.parent)
+    os.rename(old, aside / "damaged")
+    os.rename(new, old)
+    os.rename(aside, new)

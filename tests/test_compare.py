@@ -58,9 +58,13 @@ def test_step_time_skips_warmup() -> None:
 
 
 def _fake_run(home: Path, run_id: str, spec: dict[str, Any], losses: list[float], host: dict[str, Any]) -> RunDir:
-    bundle = f"{abs(hash(json.dumps(spec, sort_keys=True))):064x}"[-64:]
-    (home / "bundles" / bundle).mkdir(parents=True, exist_ok=True)
-    (home / "bundles" / bundle / "spec.json").write_text(json.dumps(spec))
+    from mxc.compiler.manifest import build_manifest, bundle_hash
+    from mxc.store import Store
+
+    files = {"spec.json": json.dumps(spec)}  # a real hash-addressed bundle: compare reads only verified specs
+    manifest = build_manifest(files, "test")
+    bundle = bundle_hash(manifest)
+    Store(home).put({**files, "manifest.json": manifest}, bundle)
     run = RunDir(home / "runs" / run_id)
     run.path.mkdir(parents=True)
     RunRecord(run_id=run_id, bundle=bundle, spec_name="t", backend="local", status="succeeded", final=True,

@@ -62,60 +62,65 @@ def _build(args: argparse.Namespace) -> int:
 
         print(f"mxc: warning: {opt_in_notice(bundle.spec.env.allow_dangerous)}", file=sys.stderr)
     st = store()
-    stored, created = st.put(bundle.files, bundle.hash)
+    stored, outcome = st.put(bundle.files, bundle.hash)
     st.set_last(bundle.hash)
     if args.json:
-        print_json({"hash": bundle.hash, "path": str(stored.path), "created": created,
-                    "name": bundle.spec.name, "files": sorted(bundle.files)})
+        print_json({"hash": bundle.hash, "path": str(stored.path), "created": outcome.created,
+                    "repaired": outcome.problems, "name": bundle.spec.name, "files": sorted(bundle.files)})
     else:
         if not args.quiet:
-            state = "built" if created else "unchanged, already in the store"
+            state = {"built": "built", "unchanged": "unchanged, already in the store",
+                     "repaired": "repaired: the stored copy was damaged ("
+                                 + "; ".join(outcome.problems[:3]) + "), replaced by this build"}[outcome.state]
             print(f"{bundle.spec.name}: {state}: {stored.path}", file=sys.stderr)
         print(bundle.hash)
     return 0
 
 
 def _ls(args: argparse.Namespace) -> int:
+    from mxc.errors import UserError
+
     st = store()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for digest in st.hashes():
-        bundle = st.get(digest)
-        spec = bundle.spec()
-        rows.append({
-            "hash": digest,
-            "name": spec["name"],
-            "model": spec["model"]["model_name"],  # type: ignore[index]
-            "backend": spec["runtime"]["backend"],  # type: ignore[index]
-            "container": spec["runtime"]["container"],  # type: ignore[index]
-            "nodes": spec["resources"]["nodes"],  # type: ignore[index]
-        })
+        try:
+            spec = st.get(digest).spec()
+        except UserError as exc:  # one damaged bundle must not hide the others
+            rows.append({"hash": digest, "damaged": str(exc)})
+            continue
+        rows.append({"hash": digest, "name": _field(spec, "name"), "model": _field(spec, "model", "model_name"),
+                     "backend": _field(spec, "runtime", "backend"), "container": _field(spec, "runtime", "container"),
+                     "nodes": _field(spec, "resources", "nodes")})
     if args.json:
         print_json(rows)
     elif rows:
-        print(table([[r["hash"][:12], r["name"], r["model"], r["backend"], r["container"], str(r["nodes"])]
+        print(table([[r["hash"][:12], "(damaged: mxc verify " + r["hash"][:12] + ")", "-", "-", "-", "-"] if "damaged" in r
+                     else [r["hash"][:12], r["name"], r["model"], r["backend"], r["container"], r["nodes"]]
                      for r in rows], ["HASH", "NAME", "MODEL", "BACKEND", "CONTAINER", "NODES"]))
     else:
         print("no bundles yet: mxc build specs/tiny.yaml", file=sys.stderr)
     return 0
 
 
-def _show(args: argparse.Namespace) -> int:
-    from mxc.compiler.manifest import MANIFEST, manifest_files
-    from mxc.errors import UserError
+def _field(spec: dict[str, Any], *path: str) -> str:
+    """A spec field as text for a listing, '?' where a (hand-made) bundle's spec lacks it."""
+    value: Any = spec
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return "?" if value is None or isinstance(value, (dict, list)) else str(value)
 
+
+def _show(args: argparse.Namespace) -> int:
     bundle = store().get(args.bundle)
-    files = manifest_files(bundle.read(MANIFEST))
+    files = bundle.files()
     if args.file:
-        if args.file not in files and args.file != MANIFEST:
-            raise UserError(f"bundle {bundle.hash[:12]} has no file '{args.file}'",
-                            "files: " + ", ".join(sorted(files)))
-        sys.stdout.write(bundle.read(args.file))
+        sys.stdout.write(bundle.read(args.file))  # only a listed file whose bytes match the verified manifest
         return 0
     spec = bundle.spec()
     if args.json:
         print_json({"hash": bundle.hash, "path": str(bundle.path), "files": files, "spec": spec})
         return 0
-    print(f"bundle  {bundle.hash}\npath    {bundle.path}\nname    {spec['name']}\nfiles")
+    print(f"bundle  {bundle.hash}\npath    {bundle.path}\nname    {_field(spec, 'name')}\nfiles")
     for name, digest in sorted(files.items()):
         print(f"  {digest[:12]}  {name}")
     print("spec")
@@ -139,7 +144,7 @@ def _load_side(ref: str) -> tuple[dict[str, Any], dict[str, str], str]:
         bundle = compile_file(ref)
         return json.loads(bundle.files["spec.json"]), manifest_files(bundle.files[MANIFEST]), ref
     stored = store().get(ref)
-    return stored.spec(), manifest_files(stored.read(MANIFEST)), stored.hash[:12]
+    return stored.spec(), stored.files(), stored.hash[:12]
 
 
 def _diff(args: argparse.Namespace) -> int:

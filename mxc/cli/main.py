@@ -84,3 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a write path that has no message of its own for a full disk
+        from mxc.errors import cannot_write, no_room
+
+        if not no_room(exc):
+            raise
+        print(f"mxc: error: {cannot_write(str(exc.filename or 'a file'), exc)}", file=sys.stderr)
+        return 1

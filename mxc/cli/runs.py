@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from mxc.cli.common import add_command, add_json, print_json, store, table
+from mxc.fsutil import open_regular
+
+LOG_CHUNK = 1 << 24  # bytes of a log read at a time (a huge log is printed in pieces, never all in memory)
 
 
 def register(sub: Any) -> None:
@@ -72,6 +75,7 @@ def _rerun(args: argparse.Namespace) -> int:
         raise UserError(f"bundle {ref.bundle[:12]} of run {ref.run.run_id if ref.run else '?'} is not in the store",
                         f"rebuild it from its spec; {st.bundles} no longer has it")
     bundle = st.get(ref.bundle)
+    st.require_intact(bundle)  # before anything of it is read: the spec, the lock, the scripts
     spec = bundle.spec()
     if ref.run is None:
         if not args.quiet:
@@ -103,13 +107,10 @@ def _rerun(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
-    from mxc.errors import UserError
     from mxc.runtime.backends import RunRequest, exit_code, get_backend
 
     st = store()
-    problems = st.verify(bundle)
-    if problems:
-        raise UserError(f"bundle {bundle.hash[:12]} is damaged: {problems[0]}", f"check it with: mxc verify {bundle.hash[:12]}")
+    st.require_intact(bundle)  # and again before each attempt (the local supervisor) and each resubmission
     spec = bundle.spec()
     backend = get_backend("local" if args.local else str(spec["runtime"]["backend"]))
     request = RunRequest(home=st.home, bundle=bundle, spec=spec, rerun_of=rerun_of, quiet=args.quiet or args.json)
@@ -226,12 +227,16 @@ def _logs(args: argparse.Namespace) -> int:
     offset = 0
     partial = b""
     while True:
-        record = runs.current(run) if run.record.exists() else None
+        record = runs.current(run) if args.follow and run.record.exists() else None
         data = b""
         if run.log.exists():
-            with open(run.log, "rb") as fh:
+            try:
+                fh = open_regular(run.log)
+            except OSError as exc:
+                raise UserError(f"run {run.run_id}: its log {run.log} cannot be read ({exc.strerror or exc})") from None
+            with fh:
                 fh.seek(offset)
-                data = fh.read()
+                data = fh.read(LOG_CHUNK)
         if data:
             offset += len(data)
             lines = (partial + data).split(b"\n")
@@ -241,6 +246,8 @@ def _logs(args: argparse.Namespace) -> int:
                 if not args.attempts or text.startswith("[mxc"):
                     out.write(text + "\n")
             out.flush()
+        if len(data) == LOG_CHUNK:
+            continue  # more is there already
         if not args.follow:
             break
         if record is not None and (record.final or runs.shown_status(record) == "lost"):

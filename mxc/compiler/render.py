@@ -7,11 +7,11 @@ and one quoting filter, ``sq``, for every value that reaches a shell script.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import jinja2
 
+from mxc.compiler.precompiled import PrecompiledLoader
 from mxc.compiler.schema import JobSpec, Scalar
 from mxc.compiler.slurm import slurm_context
 
@@ -35,7 +35,7 @@ def canonical_json(data: Any) -> str:
 
 
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("mxc.compiler", "templates"),
+    loader=PrecompiledLoader("mxc.compiler", "templates"),  # no cache outside the package: see precompiled.py
     undefined=jinja2.StrictUndefined,
     autoescape=False,
     keep_trailing_newline=True,
@@ -46,22 +46,6 @@ _ENV = jinja2.Environment(
     comment_end_string="##}",
 )
 _ENV.filters["sq"] = sq
-
-
-class _LazyDirectoryCache(jinja2.FileSystemBytecodeCache):
-    """Creates its directory on the first write, so a spec that fails validation writes nothing."""
-
-    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-            super().dump_bytecode(bucket)
-        except OSError:
-            pass  # an unwritable cache only costs speed
-
-
-def cache_templates(directory: str) -> None:
-    """Keep compiled templates between processes (an edge decides where); output is unchanged."""
-    _ENV.bytecode_cache = _LazyDirectoryCache(directory)
 
 
 def xla_flags(spec: JobSpec) -> str:

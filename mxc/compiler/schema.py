@@ -22,6 +22,7 @@ from pydantic import (
 from mxc.compiler import env_policy
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
+from mxc.compiler.gitrepo import repo_problem
 from mxc.compiler.notify_policy import secret_env_problem
 from mxc.compiler.secretscan import find_secrets
 from mxc.plugins import PLUGIN_NAME_PATTERN
@@ -95,6 +96,13 @@ class Code(Strict):
         None, pattern=r"^\d+(\.\d+)*([a-z0-9.+-]*)$",
         description="jaxlib the training runs with (e.g. the image's); `mxc check` judges XLA flags against this version",
     )
+
+    @field_validator("repo")
+    @classmethod
+    def _safe_repo(cls, repo: str | None) -> str | None:
+        if repo is not None and (problem := repo_problem(repo)):
+            raise ValueError(f"{problem} (give a path or an https/ssh URL of a git repository)")
+        return repo
 
     @model_validator(mode="after")
     def _pinned(self) -> Self:

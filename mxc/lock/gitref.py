@@ -6,8 +6,10 @@ commit it points at (the peeled ``^{}`` entry), not to the tag object.
 
 from __future__ import annotations
 
+import os
 import re
 
+from mxc.compiler.gitrepo import git_env, last_line, repo_problem
 from mxc.errors import UserError
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -17,14 +19,15 @@ def resolve_ref(repo: str, ref: str, timeout: float = 60) -> str:
     """The 40-hex commit ``ref`` (branch, tag, full ref name, or a commit) names in ``repo``."""
     if _COMMIT.match(ref):
         return ref
+    if problem := repo_problem(repo):
+        raise UserError(f"code.repo {repo!r} {problem}", "give a path or an https/ssh URL of a git repository")
     import git
 
     try:
-        out = str(git.cmd.Git().ls_remote(repo, kill_after_timeout=timeout))
-    except git.GitCommandError as exc:
-        reason = (exc.stderr or str(exc)).strip().splitlines()
-        detail = reason[-1].strip().removeprefix("stderr: ").strip("'") if reason else "git ls-remote failed"
-        raise UserError(f"code.repo {repo}: cannot list its refs: {detail}") from None
+        out = str(git.cmd.Git().ls_remote("--", repo, kill_after_timeout=timeout, env=git_env(os.environ)))
+    except git.GitError as exc:
+        detail = last_line(str(getattr(exc, "stderr", "") or exc))
+        raise UserError(f"code.repo {repo!r}: cannot list its refs: {detail}") from None
     refs: dict[str, str] = {}
     for line in out.splitlines():
         sha, _, name = line.partition("\t")

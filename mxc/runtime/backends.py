@@ -9,6 +9,7 @@ local); a new backend is a new module listed in ``BACKENDS``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -20,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mxc.errors import UserError
+from mxc import tempdirs
+from mxc.errors import UserError, cannot_write
 from mxc.runtime.hooks import Launcher, RunObserver
 from mxc.runtime.provenance import environment
 from mxc.runtime.record import RunRecord
@@ -118,6 +120,21 @@ def allocate_run_dir(request: RunRequest) -> RunDir:
         run = RunDir(runs / new_run_id(request.bundle.hash))
         if not run.path.exists():
             return run
+
+
+def create_run_dir(run: RunDir, record: RunRecord) -> None:
+    """The run directory with its first record, or neither: a run directory without a readable
+    record (a full disk, no inodes left) is removed again, and the failure is one line (exit 1)."""
+    try:
+        run.path.mkdir(parents=True)
+    except OSError as exc:
+        raise cannot_write(f"run directory {run.path}", exc) from None
+    try:
+        record.save(run.record)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tempdirs.remove(run.path)
+        raise cannot_write(f"the record of run {run.run_id} in {run.path.parent}", exc) from None
 
 
 def training_python(spec: Mapping[str, Any]) -> str:

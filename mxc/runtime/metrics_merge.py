@@ -10,14 +10,13 @@ Lines are copied verbatim, so floats keep MaxText's full precision. A torn last 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mxc.fsutil import write_atomic
+from mxc.fsutil import iter_lines, loads, write_atomic
 
 PART = re.compile(r"^attempt-(?P<attempt>\d+)\.rank-(?P<rank>\d+)\.jsonl$")
 LOSS_KEY = "learning/loss"
@@ -45,11 +44,12 @@ def attempt_files(parts: Path, rank: int = 0) -> list[tuple[int, Path]]:
 def read_lines(path: Path) -> list[tuple[int, str, dict[str, Any]]]:
     """(step, raw line, parsed) for every complete, valid line."""
     out = []
-    for raw in path.read_text("utf-8", errors="replace").splitlines():
+    for line in iter_lines(path):  # a FIFO or directory in a metrics file's place reads as empty
+        raw = line.decode("utf-8", "replace")
         try:
-            data = json.loads(raw)
+            data = loads(raw)
             step = int(data["step"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             continue
         out.append((step, raw, data))
     return out
@@ -80,7 +80,7 @@ def write_merged(parts: Path, target: Path, rank: int = 0) -> MergeResult:
     write_atomic(target, "".join(line + "\n" for line in lines))
     if not lines:
         return MergeResult(0, None, None, replaced)
-    last = json.loads(lines[-1])
+    last = loads(lines[-1])
     loss = last.get(LOSS_KEY)
     last_loss = float(loss) if isinstance(loss, (int, float)) and math.isfinite(loss) else None
     return MergeResult(len(lines), int(last["step"]), last_loss, replaced)
@@ -92,6 +92,7 @@ def losses(path: Path) -> dict[int, float]:
     if not path.is_file():
         return out
     for step, _, data in read_lines(path):
-        if LOSS_KEY in data:
-            out[step] = float(data[LOSS_KEY])
+        loss = data.get(LOSS_KEY)
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+            out[step] = float(loss)
     return out

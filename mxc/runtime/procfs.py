@@ -62,7 +62,7 @@ def pid_alive(pid: int | None) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: a pid no process can have (a doctored record)
         return False
     except PermissionError:
         return True

@@ -6,14 +6,13 @@ at the end; after ``final`` is true it is never rewritten.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mxc.fsutil import write_atomic
+from mxc.fsutil import loads, read_bounded, read_json, write_atomic
 
 RECORD_VERSION = "mxc-run/v1"
 
@@ -92,11 +91,19 @@ class RunRecord(BaseModel):
 
     def save(self, path: Path) -> None:
         if path.exists():
-            old = json.loads(path.read_text("utf-8"))
-            if old.get("final"):
+            old = read_json(path)
+            if old is not None and old.get("final"):
                 raise RuntimeError(f"{path} is final and must not be rewritten")
         write_atomic(path, self.model_dump_json(indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> RunRecord:
-        return cls.model_validate_json(path.read_text("utf-8"))
+        """The record; FileNotFoundError when there is none, ValueError (pydantic's included) when
+        it is not one: a directory, a FIFO, too big, too deep, not UTF-8, the wrong shape."""
+        try:
+            data = read_bounded(path)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise ValueError(str(exc)) from None
+        return cls.model_validate(loads(data.decode("utf-8")))

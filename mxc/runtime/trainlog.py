@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mxc.fsutil import open_regular, read_tail
+
 # The one definition of MaxText's per-step line; the Slurm record and triage read it too.
 STEP_PREFIX = re.compile(r"completed step: (?P<step>\d+), seconds: (?P<seconds>[\d.]+)")
 STEP_LINE = re.compile(
@@ -73,10 +75,10 @@ class LogFollower:
     def failure_reason(self, limit: int = 1 << 22) -> str | None:
         """The most telling line of the current attempt's output, for a failed run's message."""
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular(self.path) as fh:
                 fh.seek(max(self.attempt_offset, self.offset - limit))
-                text = fh.read().decode("utf-8", "replace")
-        except FileNotFoundError:
+                text = fh.read(limit).decode("utf-8", "replace")
+        except OSError:
             return None
         lines = text.splitlines()
         for pattern in _REASONS:
@@ -92,10 +94,10 @@ class LogFollower:
     def poll(self, limit: int = 1 << 22) -> list[StepEvent]:
         """New step events since the last poll (reads at most ``limit`` bytes per call)."""
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular(self.path) as fh:
                 fh.seek(self.offset)
                 data = fh.read(limit)
-        except FileNotFoundError:
+        except OSError:
             return []
         if not data:
             return []
@@ -121,11 +123,8 @@ class LogFollower:
 def last_step_in_tail(path: Path, tail_bytes: int = 1 << 16) -> StepEvent | None:
     """The last completed step in the end of a log: cheap status for live runs in `mxc runs`."""
     try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, 2)
-            fh.seek(max(0, size - tail_bytes))
-            text = fh.read().decode("utf-8", "replace")
-    except FileNotFoundError:
+        text = read_tail(path, tail_bytes)[0].decode("utf-8", "replace")
+    except OSError:  # missing, or a FIFO or directory where the log belongs: no progress to show
         return None
     for line in reversed(text.splitlines()):
         event = parse_step(line)

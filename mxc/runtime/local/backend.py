@@ -7,6 +7,7 @@ before the first step) and hands over to the supervisor, which returns the final
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -14,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from mxc.runtime import scratch
-from mxc.runtime.backends import Plan, RunRequest, allocate_run_dir, extensions, recorded_environment, training_python
+from mxc.runtime.backends import (
+    Plan,
+    RunRequest,
+    allocate_run_dir,
+    create_run_dir,
+    extensions,
+    recorded_environment,
+    training_python,
+)
 from mxc.runtime.local.deathwatch import DeathWatch
 from mxc.runtime.local.launcher import LocalLauncher
 from mxc.runtime.local.progress import ProgressBar
@@ -67,7 +76,6 @@ class LocalBackend:
         if request.code_commit:
             code = codepin.materialise(request.home, str(spec["code"]["repo"]), request.code_commit).as_record()
         run = plan.run_dir
-        run.path.mkdir(parents=True)
         env = {k: v for k, v in os.environ.items() if k not in plan.unset}
         env.update(plan.env)
         record = RunRecord(
@@ -80,7 +88,7 @@ class LocalBackend:
         # tells a live run from a lost one, and `mxc cancel` signals only this very process.
         record.supervisor = {"host": os.uname().nodename, **ProcessId.this_process().as_record()}
         record.tensorboard = str(_checkpoint_root(spec, run.path) / run.run_id / "tensorboard" / run.run_id)
-        record.save(run.record)
+        create_run_dir(run, record)
         scratch.sweep()  # what earlier runs killed without a chance to clean up left in /tmp/mxc-<uid>
 
         watch = DeathWatch.start(run.path)  # if this process is SIGKILLed, the run's processes go too
@@ -91,7 +99,8 @@ class LocalBackend:
                 record.status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
                 record.final, record.ended = True, now_iso()
                 record.message = f"could not set up the run: {type(exc).__name__}: {exc}"
-                record.save(run.record)
+                with contextlib.suppress(OSError):  # a full disk: the error that matters is the one raised
+                    record.save(run.record)
             raise
         finally:
             watch.release()
@@ -124,11 +133,21 @@ class LocalBackend:
             argv=plan.command, env=env, cwd=plan.cwd,
             max_restarts=int(spec.get("restart", {}).get("max", 0)), total_steps=request.total_steps,
             checkpoints=_checkpoint_root(spec, run.path) / run.run_id / "checkpoints",
-            before_save=with_facts, on_steps=start_gathering,
+            before_save=with_facts, on_steps=start_gathering, before_attempt=lambda: _bundle_problem(request),
         )
         supervisor = Supervisor(run, record, config, launcher or LocalLauncher(), [*request.observers, *observers],
                                 progress)
         return supervisor.run_to_end()
+
+
+def _bundle_problem(request: RunRequest) -> str | None:
+    """Checked before every attempt: a restart must run the bundle that was reviewed, not one edited since."""
+    from mxc.node import integrity
+
+    problems = integrity.check(request.bundle.path, request.bundle.hash)
+    if not problems:
+        return None
+    return f"bundle {request.bundle.hash[:12]} is damaged: {problems[0]} (check it with: mxc verify {request.bundle.hash[:12]})"
 
 
 def _checkpoint_root(spec: Any, run_path: Path) -> Path:

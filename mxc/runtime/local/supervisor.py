@@ -70,6 +70,7 @@ class SupervisorConfig:
     poll_seconds: float = 0.1
     before_save: Callable[[RunRecord], None] | None = None  # may add facts to the record before each write
     on_steps: Callable[[list[StepEvent]], None] | None = None  # new completed steps, as they are logged
+    before_attempt: Callable[[], str | None] | None = None  # why the next attempt must not start (a changed bundle)
 
 
 @dataclass
@@ -98,6 +99,10 @@ class Supervisor:
                     if self._stop_signal is not None:
                         self._finish("cancelled", None, f"cancelled by {signal.Signals(self._stop_signal).name}")
                         break
+                    refusal = self.config.before_attempt() if self.config.before_attempt else None
+                    if refusal:
+                        self._refuse(attempt, refusal)
+                        break
                     code = self._attempt(attempt, follower)
                     if self._stop_signal is not None:
                         self._finish("cancelled", code, f"cancelled by {signal.Signals(self._stop_signal).name}")
@@ -116,7 +121,8 @@ class Supervisor:
                 self._kill_now()
                 if not self.record.final:
                     status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
-                    self._finish(status, self.record.exit_code, f"mxc supervisor: {type(exc).__name__}: {exc}")
+                    with contextlib.suppress(OSError):  # a full disk: the error to report is the one raised
+                        self._finish(status, self.record.exit_code, f"mxc supervisor: {type(exc).__name__}: {exc}")
                 raise
             finally:
                 self.launcher.close()
@@ -155,6 +161,14 @@ class Supervisor:
         self._save()
         self._notify("on_attempt_end", code)
         return code
+
+    def _refuse(self, number: int, reason: str) -> None:
+        """An attempt that must not start: recorded with its reason, and the run fails (no restart
+        could succeed: whatever made it unsafe stays until someone looks)."""
+        when = now_iso()
+        self.record.attempts.append(Attempt(number=number, started=when, ended=when, reason=f"not started: {reason}"))
+        self._log_line(f"[mxc] attempt {number}: not started: {reason}")
+        self._finish("failed", None, f"attempt {number} not started: {reason}")
 
     def _watch(self, process: TrainingProcess, follower: LogFollower) -> int:
         term_sent_at: float | None = None

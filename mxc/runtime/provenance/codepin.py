@@ -18,12 +18,14 @@ import os
 import shutil
 import stat
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mxc.errors import UserError
+from mxc import tempdirs
+from mxc.compiler.gitrepo import git_env, last_line, repo_problem
+from mxc.errors import UserError, cannot_write
+from mxc.fsutil import loads, read_bounded
 
 MANIFEST = ".mxc-code.json"
 IGNORED_DIRS = frozenset({"__pycache__"})
@@ -74,9 +76,12 @@ def verify(target: Path, commit: str) -> PinnedCode:
     """The materialised checkout, if it holds exactly ``commit`` unmodified; else a UserError."""
     hint = f"remove it to re-create it: rm -rf {target}"
     try:
-        manifest = json.loads((target / MANIFEST).read_text("utf-8"))
+        manifest = loads(read_bounded(target / MANIFEST))
     except (OSError, ValueError):
-        raise UserError(f"{target} is not a checkout made by mxc (no {MANIFEST})", hint) from None
+        raise UserError(f"{target} is not a checkout made by mxc (no readable {MANIFEST})", hint) from None
+    if not (isinstance(manifest, dict) and isinstance(manifest.get("files"), dict)
+            and isinstance(manifest.get("repo"), str) and isinstance(manifest.get("tree"), str)):
+        raise UserError(f"{target}/{MANIFEST} is malformed", hint)
     if manifest.get("commit") != commit:
         raise UserError(f"checkout {target} holds commit {str(manifest.get('commit'))[:12]}, not {commit[:12]}", hint)
     expected: dict[str, str] = manifest["files"]
@@ -95,6 +100,8 @@ def _open_repo(home: Path, repo: str) -> Any:
     """A git.Repo holding the commit's objects: the local repository, or a mirror of a remote one."""
     import git
 
+    if problem := repo_problem(repo):
+        raise UserError(f"code.repo {repo!r} {problem}", "give a path or an https/ssh URL of a git repository")
     if not _is_url(repo):
         path = Path(repo).expanduser()
         try:
@@ -104,16 +111,22 @@ def _open_repo(home: Path, repo: str) -> Any:
     mirror = home / "code" / ".mirrors" / (hashlib.sha256(repo.encode()).hexdigest()[:16] + ".git")
     if mirror.is_dir():
         return git.Repo(mirror)
-    mirror.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=mirror.parent))
     try:
-        git.Repo.clone_from(repo, tmp, mirror=True)
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        tempdirs.sweep(mirror.parent)
+        tmp = tempdirs.make(mirror.parent)
+    except OSError as exc:
+        raise cannot_write(f"a mirror of code.repo into {mirror.parent}", exc) from None
+    try:
+        git.Repo.clone_from(repo, tmp, mirror=True, env=git_env(os.environ))
         os.rename(tmp, mirror)
-    except git.GitCommandError as exc:
-        raise UserError(f"cannot clone code.repo '{repo}': {str(exc.stderr).strip()[-200:]}") from None
+    except git.GitError as exc:
+        raise UserError(f"cannot clone code.repo {repo!r}: {last_line(str(getattr(exc, 'stderr', '') or exc))}") from None
+    except OSError as exc:
+        raise cannot_write(f"a mirror of code.repo into {mirror.parent}", exc) from None
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp)
+            tempdirs.remove(tmp)
     return git.Repo(mirror)
 
 
@@ -131,9 +144,9 @@ def _resolve_commit(source: Any, repo: str, commit: str) -> Any:
         pass
     if _is_url(repo):
         try:
-            source.git.fetch("origin", commit)
+            source.git.fetch("origin", commit, env=git_env(os.environ))
             return lookup()
-        except (git.GitCommandError, git.BadName, ValueError):
+        except (git.GitError, git.BadName, ValueError):
             pass
     raise UserError(f"commit {commit[:12]} is not in code.repo '{repo}'", "push or fetch it, or fix code.commit")
 
@@ -163,15 +176,24 @@ def materialise(home: Path, repo: str, commit: str) -> PinnedCode:
     target = store_dir(home, commit)
     if target.exists():
         return verify(target, commit)
+    import git
+
     source = _open_repo(home, repo)
     resolved = _resolve_commit(source, repo, commit)
     if resolved.hexsha != commit:
         raise UserError(f"code.commit {commit[:12]} resolves to {resolved.hexsha[:12]}", "give the full 40-hex commit")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tempdirs.sweep(target.parent)
+        tmp = tempdirs.make(target.parent)
+    except OSError as exc:
+        raise cannot_write(f"the code export into {target.parent}", exc) from None
     try:
         stream = io.BytesIO()
-        source.archive(stream, treeish=commit, format="tar")
+        try:
+            source.archive(stream, treeish=commit, format="tar")
+        except git.GitError as exc:
+            raise UserError(f"cannot export commit {commit[:12]} of code.repo {repo!r}: {last_line(str(exc))}") from None
         stream.seek(0)
         with tarfile.open(fileobj=stream) as tar:
             tar.extractall(tmp, filter="data")
@@ -184,6 +206,8 @@ def materialise(home: Path, repo: str, commit: str) -> PinnedCode:
         except OSError:
             if not target.is_dir():  # another run materialised it first: use theirs (verified below)
                 raise
+    except OSError as exc:
+        raise cannot_write(f"the export of commit {commit[:12]} into {target.parent}", exc) from None
     finally:
         if tmp.exists():
             _remove_tree(tmp)

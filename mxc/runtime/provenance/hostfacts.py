@@ -9,7 +9,6 @@ digest, the native-run equivalent of an image digest or a lockfile hash.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import shutil
@@ -20,10 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mxc.fsutil import loads
+
 KEY_PACKAGES = ("jax", "jaxlib", "maxtext", "flax", "optax", "orbax-checkpoint", "numpy")
 
-# Runs in the training interpreter; prints one JSON object. Never imports jax.
-_PROBE = r"""
+# Runs in the training interpreter; prints one JSON object on a line of its own after MARKER (a
+# wrapper script or sitecustomize may print a banner around it). Never imports jax.
+MARKER = "mxc-host-facts: "
+_PROBE = "MARKER = " + repr(MARKER) + r"""
 import importlib.metadata as md, json, sys, importlib.util
 dists = {}
 for d in md.distributions():
@@ -31,7 +34,7 @@ for d in md.distributions():
     if name:
         dists[name] = d.version
 spec = importlib.util.find_spec("maxtext")
-print(json.dumps({
+print("\n" + MARKER + json.dumps({
     "executable": sys.executable,
     "version": sys.version.split()[0],
     "packages": dists,
@@ -43,19 +46,37 @@ print(json.dumps({
 def python_facts(python: str, timeout: float = 60.0) -> dict[str, Any]:
     """Version facts of an interpreter; ``{"error": ...}`` when it cannot be asked."""
     try:
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, errors="replace", timeout=timeout,
                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": f"{python}: {exc}"}
     if proc.returncode != 0:
         return {"error": f"{python}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}"}
-    data: dict[str, Any] = json.loads(proc.stdout)
+    data = _facts_line(proc.stdout)
+    if data is None:
+        return {"error": f"{python}: printed no host facts (is it a Python interpreter?)"}
     packages: dict[str, str] = data.pop("packages")
     listing = "".join(f"{k}=={v}\n" for k, v in sorted(packages.items()))
     data["packages"] = {k: packages[k] for k in KEY_PACKAGES if k in packages}
     data["environment_digest"] = "sha256:" + hashlib.sha256(listing.encode()).hexdigest()
     data["all_packages"] = dict(sorted(packages.items()))
     return data
+
+
+def _facts_line(stdout: str) -> dict[str, Any] | None:
+    """The probe's JSON, whatever else the interpreter printed; None when it is missing or misshapen."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                data = loads(line[len(MARKER):])
+            except ValueError:
+                return None
+            packages = data.get("packages") if isinstance(data, dict) else None
+            if not isinstance(packages, dict):
+                return None
+            facts = {k: v for k, v in data.items() if k in ("executable", "version", "maxtext_location")}
+            return {**facts, "packages": {k: v for k, v in packages.items() if isinstance(v, str)}}
+    return None
 
 
 def cpu_model() -> str:
@@ -137,6 +158,12 @@ def code_facts(spec: Mapping[str, Any], host: Mapping[str, Any], pinned: Mapping
     return out
 
 
+def _section(facts: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """A mapping inside recorded facts; {} where a (damaged or hand-edited) record has anything else."""
+    value = facts.get(key) if isinstance(facts, Mapping) else None
+    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
 @dataclass(frozen=True)
 class Drift:
     what: str
@@ -154,25 +181,26 @@ def compare(recorded: dict[str, Any], current: dict[str, Any]) -> list[Drift]:
     Both arguments are ``{"host": ..., "image": ..., "code": ...}`` as in record.json.
     """
     drifts: list[Drift] = []
-    rh, ch = recorded.get("host", {}), current.get("host", {})
+    rh, ch = _section(recorded, "host"), _section(current, "host")
     if rh.get("hostname") != ch.get("hostname"):
         drifts.append(Drift("hostname", rh.get("hostname"), ch.get("hostname"), significant=False))
     for key in ("model", "count"):
-        old, new = rh.get("cpu", {}).get(key), ch.get("cpu", {}).get(key)
+        old, new = _section(rh, "cpu").get(key), _section(ch, "cpu").get(key)
         if old != new:
             drifts.append(Drift(f"cpu {key}", old, new))
     if rh.get("gpus", []) != ch.get("gpus", []):
         drifts.append(Drift("gpus", rh.get("gpus") or "none", ch.get("gpus") or "none"))
-    rp, cp = rh.get("python") or {}, ch.get("python") or {}
+    rp, cp = _section(rh, "python"), _section(ch, "python")
     if rp.get("version") != cp.get("version"):
         drifts.append(Drift("python", rp.get("version"), cp.get("version")))
-    old_all, new_all = rp.get("all_packages", rp.get("packages", {})), cp.get("all_packages", cp.get("packages", {}))
+    old_all = _section(rp, "all_packages") or _section(rp, "packages")
+    new_all = _section(cp, "all_packages") or _section(cp, "packages")
     names = sorted(set(old_all) | set(new_all), key=lambda n: (n not in KEY_PACKAGES, n))  # jax & co. first
     for name in names:
         if old_all.get(name) != new_all.get(name):
             drifts.append(Drift(name, old_all.get(name, "not installed"), new_all.get(name, "not installed")))
     for section in ("image", "code"):
-        old_s, new_s = recorded.get(section) or {}, current.get(section) or {}
+        old_s, new_s = _section(recorded, section), _section(current, section)
         for key in sorted(set(old_s) | set(new_s)):
             if key in ("dir", "maxtext_location"):
                 continue  # where the code lives is not what it is

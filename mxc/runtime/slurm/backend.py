@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from mxc.compiler.secretscan import redact_secrets
-from mxc.errors import UserError
-from mxc.runtime.backends import DEFAULT_PYTHON, Plan, RunRequest, allocate_run_dir, recorded_environment
+from mxc.errors import UserError, cannot_write
+from mxc.runtime.backends import DEFAULT_PYTHON, Plan, RunRequest, allocate_run_dir, create_run_dir, recorded_environment
 from mxc.runtime.metrics_merge import write_merged
 from mxc.runtime.provenance.environment import scrubbed
 from mxc.runtime.record import RunRecord, iso_time, now_iso
@@ -140,7 +140,6 @@ class SlurmBackend:
 
             pinned = codepin.materialise(request.home, str(spec["code"]["repo"]), request.code_commit)
         run = plan.run_dir
-        run.path.mkdir(parents=True)
         exports = job_exports(request, run)
         record = RunRecord(
             run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend="slurm",
@@ -152,6 +151,7 @@ class SlurmBackend:
                    "restart_max": int(spec.get("restart", {}).get("max", 0))},
         )
         record.tensorboard = str(run.tensorboard() / run.run_id)
+        create_run_dir(run, record)  # before submitting: a job never runs without its run directory and record
         try:
             job_id = slurm_query.submit(plan.command)
         except BaseException:
@@ -162,7 +162,15 @@ class SlurmBackend:
         record.slurm = {**(record.slurm or {}), "job_id": job_id,
                         "jobs": [{"job_id": job_id, "submitted": now_iso(), "resubmits": 0}]}
         record.status = "queued"
-        record.save(run.record)
+        try:
+            record.save(run.record)
+        except OSError as exc:  # a job nobody can follow: take it back
+            with contextlib.suppress(Exception):
+                slurm_query.cancel(job_id)
+            import shutil
+
+            shutil.rmtree(run.path, ignore_errors=True)
+            raise cannot_write(f"the record of run {run.run_id} (Slurm job {job_id} was cancelled)", exc) from None
         if not request.quiet:
             print(f"mxc: submitted Slurm job {job_id} for run {run.run_id}; follow it with: mxc logs {run.run_id} -f; "
                   f"`mxc watch {run.run_id}` keeps its record, alerts and resubmissions going", file=sys.stderr)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxc.fsutil import read_json, read_jsonl
+from mxc.fsutil import open_regular, read_json, read_jsonl
 from mxc.runtime.record import Attempt, RunRecord, iso_time
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.trainlog import RESTORE_LINE, STEP_PREFIX
@@ -89,10 +89,10 @@ class LogFacts:
 
     def update(self, log: Path) -> None:
         try:
-            with open(log, "rb") as fh:
+            with open_regular(log) as fh:  # a FIFO in the log's place must not hang `mxc runs`
                 fh.seek(self.offset)
-                data = fh.read()
-        except FileNotFoundError:
+                data = fh.read(1 << 26)
+        except OSError:
             return
         end = data.rfind(b"\n") + 1  # only whole lines; the rest is read next time
         for raw in data[:end].decode("utf-8", errors="replace").splitlines():

@@ -9,7 +9,6 @@ what). A tolerance comparison (numpy ``isclose`` rules) separates noise from div
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mxc.compiler.diff import Change, diff_specs
+from mxc.node import integrity
 from mxc.runtime.metrics_merge import LOSS_KEY, read_lines
 from mxc.runtime.provenance.hostfacts import Drift
 from mxc.runtime.provenance.hostfacts import compare as compare_facts
@@ -127,12 +127,16 @@ class Comparison:
 
 
 def _spec(bundles: Path, record: RunRecord, notes: list[str]) -> dict[str, Any]:
-    path = bundles / record.bundle / "spec.json"
-    try:
-        data: dict[str, Any] = json.loads(path.read_text("utf-8"))
-        return data
-    except (OSError, ValueError):
-        notes.append(f"run {record.run_id}: its bundle {record.bundle[:12]} is not in the store; spec fields not compared")
+    from mxc.errors import UserError
+    from mxc.store import Store
+
+    try:  # the store's verified copy: record.json only names the bundle
+        if not integrity.valid_hash(record.bundle):
+            raise UserError("not a bundle hash")
+        return Store(bundles.parent).get(record.bundle).spec()
+    except UserError:
+        notes.append(f"run {record.run_id}: its bundle {record.bundle[:12]} is not in the store (or damaged); "
+                     "spec fields not compared")
         return {}
 
 

@@ -7,7 +7,6 @@ decides between them (mxc/runtime/triage/classify.py).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import signal
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxc.fsutil import read_json, read_jsonl
+from mxc.fsutil import iter_lines, loads, read_json, read_jsonl, read_text
 from mxc.runtime.record import RunRecord, epoch_seconds
 from mxc.runtime.triage.catalog import Catalog
 from mxc.runtime.triage.logs import Hit, Scanner
@@ -96,7 +95,7 @@ def rank_files(root: Path, scanner: Scanner, facts: Facts, labelled: bool) -> No
         for event in read_jsonl(rank_dir / "events.jsonl"):
             if event.get("event") == "start" and event.get("node"):
                 scanner.scan.nodes.setdefault(rank, str(event["node"]))
-            if event.get("event") == "exit":
+            if event.get("event") == "exit" and all(isinstance(event.get(k, 0), int) for k in ("attempt", "rc")):
                 facts.exits[(int(event.get("attempt", 0)), rank)] = event
         preflight = read_json(rank_dir / "preflight.json")
         if isinstance(preflight, dict) and preflight.get("node"):
@@ -107,7 +106,7 @@ def rank_files(root: Path, scanner: Scanner, facts: Facts, labelled: bool) -> No
             failed_checks = [f"{c.get('check')}: {c.get('detail')}" for c in preflight.get("checks", [])
                              if isinstance(c, dict) and c.get("status") == "fail"]
         try:
-            stages = (rank_dir / "stages.tsv").read_text("utf-8").splitlines()
+            stages = read_text(rank_dir / "stages.tsv").splitlines()
         except OSError:
             stages = []
         for number, row in enumerate(stages, 1):
@@ -152,7 +151,7 @@ def stack_files(root: Path, scanner: Scanner, facts: Facts) -> None:
         if m := CRASH_NOTE.match(path.name):
             crash = crashes.setdefault((int(m[2]), int(m[1])), Crash(rank=int(m[1]), attempt=int(m[2])))
             node: str | None = None
-            for line in path.read_text("utf-8", errors="replace").splitlines():
+            for line in _lines(path):
                 key, _, value = line.partition(": ")
                 if key == "signal":
                     number = value.split()[0]
@@ -181,10 +180,18 @@ def stack_files(root: Path, scanner: Scanner, facts: Facts) -> None:
     facts.crashes = [crashes[k] for k in sorted(crashes)]
 
 
+def _lines(path: Path) -> list[str]:
+    """A crash note's or stack dump's lines; none when it is not a regular file (a FIFO is not waited on)."""
+    try:
+        return read_text(path).splitlines()
+    except OSError:
+        return []
+
+
 def stack_excerpt(path: Path, limit: int = 12) -> list[str]:
     """The first thread of a stack dump (py-spy's "Thread ... (active)" block, or faulthandler's)."""
     out: list[str] = []
-    for line in path.read_text("utf-8", errors="replace").splitlines():
+    for line in _lines(path):
         if line.startswith("#") or not line.strip():
             if out:
                 break
@@ -201,7 +208,7 @@ def crashing_thread(path: Path, limit: int = 12) -> list[str]:
     gdb names it ("[Current thread is N ...]"); its block is "Thread N (...)". Frames above
     "<signal handler called>" are faulthandler re-raising the signal, so the list starts below it.
     """
-    lines = path.read_text("utf-8", errors="replace").splitlines()
+    lines = _lines(path)
     signal_line = next((ln.strip() for ln in lines if ln.startswith("Program terminated with signal")), "")
     current = next((m[1] for ln in lines if (m := re.match(r"^\[Current thread is (\d+) ", ln))), None)
     frames: list[str] = []
@@ -253,13 +260,9 @@ def record_hits(record: RunRecord, scanner: Scanner) -> None:
 def metrics_facts(root: Path, scanner: Scanner, facts: Facts, attempt: int) -> None:
     """metrics.jsonl: how many steps, and the first step whose loss is not finite."""
     path = root / "metrics.jsonl"
-    try:
-        lines = path.read_text("utf-8", errors="replace").splitlines()
-    except OSError:
-        return
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(iter_lines(path), 1):
         try:
-            data = json.loads(line)
+            data = loads(line.decode("utf-8", "replace"))
             loss = float(data["learning/loss"])
             step = int(data["step"])
         except (ValueError, KeyError, TypeError):

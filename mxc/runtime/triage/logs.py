@@ -11,6 +11,7 @@ is how the first failing rank is found: the rank whose first error is earliest.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mxc.fsutil import open_regular
 from mxc.runtime.trainlog import RESTORE_LINE, STEP_PREFIX
 from mxc.runtime.triage.catalog import Catalog
 
@@ -122,8 +124,13 @@ def line_time(text: str, year: int) -> float | None:
 
 
 def _read_lines(path: Path, notes: list[str], root: Path) -> Iterator[tuple[int, str]]:
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
+    try:
+        fh = open_regular(path)  # a FIFO or directory in a log's place is skipped, never waited on
+    except OSError:
+        notes.append(f"{path.relative_to(root)}: not a regular file, not read")
+        return
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
         start = 0
         if size > MAX_BYTES:
             start = size - MAX_BYTES
