@@ -29,8 +29,12 @@ from mxc.compiler.check.catalogs import (
     xla_catalog_versions,
     xla_index,
 )
+from mxc.compiler.check import Lock
 from mxc.compiler.check.findings import Finding
+from mxc.compiler.check.matrix import expand, parse_matrix
+from mxc.compiler.check.runner import _base, check_combination
 from mxc.compiler.check.subject import choose_jaxlib, choose_maxtext, image_name
+from mxc.compiler.loader import load_yaml
 from mxc.compiler.schema import RESERVED_OVERRIDES, JobSpec
 from tests.check_support import check, line_of, of_rule
 
@@ -201,6 +205,24 @@ def test_the_images_jaxlib_catalog_judges_the_flags(tag: str, jaxlib: str, only_
     data["env"]["xla_flags"][gone] = True
     (f,) = of_rule(check(data)[0], "xla-flag-version")
     assert f.key == f"env.xla_flags.{gone}" and f"jaxlib {jaxlib}" in f.message
+
+
+def test_a_sweep_over_images_rechecks_the_flags_with_each_images_jaxlib() -> None:
+    # The matrix fast path reuses a rule's result when the sections it reads did not change;
+    # the XLA rules read `image` too now (the image decides the catalog).
+    data = rocm_spec("llama2-70b")
+    data["env"]["xla_flags"]["xla_gpu_enable_split_k_autotuning"] = True  # in 0.8.2, gone by 0.11.0
+    doc = load_yaml("spec.yaml", yaml.safe_dump(data, sort_keys=False))
+    sweep = parse_matrix(load_yaml("sweep.yaml", "matrix: mxc/v1\naxes:\n  image.ref: [docker.io/rocm/jax-training:maxtext-v26.2, "
+                                                 "docker.io/rocm/jax-training:maxtext-v26.6]\n"), "sweep.yaml")
+    base = _base(doc, "spec.yaml", Lock())
+    found = []
+    for combo in expand(sweep):
+        fast = check_combination(doc, "spec.yaml", combo, base=base)
+        full = check_combination(doc, "spec.yaml", combo)
+        assert sorted(map(str, fast.findings)) == sorted(map(str, full.findings)), combo.label()
+        found.append(sorted(f.rule for f in errors(fast.findings)))
+    assert found == [[], ["xla-flag-version"]]
 
 
 def test_a_pinned_jaxlib_wins_and_a_local_build_uses_its_release_with_a_note() -> None:

@@ -35,7 +35,7 @@ class Rule:
         return " ".join(self.doc.split("\n\n")[0].split())
 
 
-_XLA = frozenset({"env", "code"})
+_XLA = frozenset({"env", "code", "image"})  # image: its known jaxlib (index.json)
 _ENV = frozenset({"env", "resources"})
 _MAXTEXT = frozenset({"model", "code"})
 _SHAPE = frozenset({"model", "code", "env", "resources"})
