@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from mxc.compiler.check import Lock
 from mxc.compiler.check.catalogs import (
     env_catalog,
     maxtext_catalog,
@@ -29,7 +30,6 @@ from mxc.compiler.check.catalogs import (
     xla_catalog_versions,
     xla_index,
 )
-from mxc.compiler.check import Lock
 from mxc.compiler.check.findings import Finding
 from mxc.compiler.check.matrix import expand, parse_matrix
 from mxc.compiler.check.runner import _base, check_combination
@@ -213,8 +213,8 @@ def test_a_sweep_over_images_rechecks_the_flags_with_each_images_jaxlib() -> Non
     data = rocm_spec("llama2-70b")
     data["env"]["xla_flags"]["xla_gpu_enable_split_k_autotuning"] = True  # in 0.8.2, gone by 0.11.0
     doc = load_yaml("spec.yaml", yaml.safe_dump(data, sort_keys=False))
-    sweep = parse_matrix(load_yaml("sweep.yaml", "matrix: mxc/v1\naxes:\n  image.ref: [docker.io/rocm/jax-training:maxtext-v26.2, "
-                                                 "docker.io/rocm/jax-training:maxtext-v26.6]\n"), "sweep.yaml")
+    images = "[docker.io/rocm/jax-training:maxtext-v26.2, docker.io/rocm/jax-training:maxtext-v26.6]"
+    sweep = parse_matrix(load_yaml("sweep.yaml", f"matrix: mxc/v1\naxes:\n  image.ref: {images}\n"), "sweep.yaml")
     base = _base(doc, "spec.yaml", Lock())
     found = []
     for combo in expand(sweep):
