@@ -37,6 +37,7 @@ from mxc.compiler.check.subject import choose_jaxlib, choose_maxtext, image_name
 from mxc.compiler.loader import load_yaml
 from mxc.compiler.schema import RESERVED_OVERRIDES, JobSpec
 from tests.check_support import check, line_of, of_rule
+from tests.conftest import Mxc
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "maxtext_slurm"
@@ -111,6 +112,20 @@ def test_amd_production_settings_have_no_error_on_rocm(model: str) -> None:
     assert warning.line == line_of(text, "CUDA_DEVICE_MAX_CONNECTIONS")
     notes = {f.rule: f for f in findings if f.severity == "note"}
     assert "NCCL_CHECKS_DISABLE does nothing" in notes["env-var-deprecated"].message
+
+
+def test_the_cli_checks_the_three_configurations_with_no_error(mxc: Mxc, tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for model in MODELS:
+        (specs / f"{model}.yaml").write_text(yaml.safe_dump(rocm_spec(model), sort_keys=False))
+    out = mxc("check", "specs", "--json", cwd=tmp_path)
+    report = json.loads(out.stdout)
+    assert report["summary"]["specs"] == 3 and report["summary"]["error"] == 0, out.stdout
+    # Exit 1: warnings fail a check; the three are CUDA_DEVICE_MAX_CONNECTIONS, one per spec.
+    assert out.returncode == 1 and report["summary"]["warning"] == 3
+    assert {(f["rule"], f["key"]) for f in report["findings"] if f["severity"] == "warning"} == {
+        ("env-var-vendor", "env.vars.CUDA_DEVICE_MAX_CONNECTIONS")}
 
 
 def test_every_setting_of_the_fixtures_is_catalogued() -> None:
