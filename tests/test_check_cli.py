@@ -17,7 +17,7 @@ def write_project(root: Path) -> None:
     """A base spec, a child that breaks two rules through it, and a clean child."""
     (root / "specs" / "base").mkdir(parents=True)
     base = {"schema": "mxc/v1", "env": {"xla_flags": {"xla_gpu_enable_latency_hidding_scheduler": True},
-                                         "vars": {"HSA_FORCE_FINE_GRAIN_PCIE": 1}}}
+                                         "vars": {"HIP_VISIBLE_DEVICES": "0,1"}}}
     (root / "specs" / "base" / "gpu.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     child = spec(GPU_SPEC, drop=("env",))
     child = {"extends": "base/gpu.yaml", **child}
@@ -41,7 +41,7 @@ def test_findings_name_the_base_file_line_and_rule(mxc: Mxc, tmp_path: Path) -> 
     assert ("specs/base/gpu.yaml:4: env.xla_flags.xla_gpu_enable_latency_hidding_scheduler: error[xla-flag-unknown]: "
             "'xla_gpu_enable_latency_hidding_scheduler': unknown XLA flag (not in jaxlib 0.12.0.1; jaxlib aborts on it) "
             "(did you mean 'xla_gpu_enable_latency_hiding_scheduler'?)") in lines
-    assert any(line.startswith("specs/base/gpu.yaml:6: env.vars.HSA_FORCE_FINE_GRAIN_PCIE: error[env-var-vendor]")
+    assert any(line.startswith("specs/base/gpu.yaml:6: env.vars.HIP_VISIBLE_DEVICES: error[env-var-vendor]")
                for line in lines)
     assert "note: specs/base/gpu.yaml: partial spec (extended by specs/bad.yaml); checked through it" in lines
     assert lines[-1] == "mxc check: FAILED: 2 specs: 2 error(s), 0 warning(s), 0 note(s)"

@@ -159,18 +159,44 @@ def test_xla_flag_conflict_same_value_twice_is_a_warning_and_distinct_flags_pass
 
 # --- env-var-vendor / env-var-value / env-var-unknown / jax-platforms ----------------------
 
-def test_env_var_vendor_rocm_variable_in_cuda_spec() -> None:
+def test_env_var_vendor_rocm_variable_in_cuda_spec_is_a_warning_with_its_reason() -> None:
     findings, text = check(spec(GPU_SPEC, env__vars__HSA_FORCE_FINE_GRAIN_PCIE=1))
     (f,) = of_rule(findings, "env-var-vendor")
-    assert "AMD (ROCm)-only" in f.message and "NVIDIA" in f.message and f.line == line_of(text, "HSA_FORCE")
+    assert f.severity == "warning" and f.fails
+    assert "AMD (ROCm)-only" in f.message and "NVIDIA" in f.message and "harmless" in f.message
+    assert "no NVIDIA library reads it" in f.message and f.line == line_of(text, "HSA_FORCE")
+
+
+def test_env_var_vendor_real_conflicts_stay_errors() -> None:
+    # A GPU selection CUDA ignores: the job would silently use every GPU.
+    findings, text = check(spec(GPU_SPEC, env__vars__HIP_VISIBLE_DEVICES="0,1"))
+    (f,) = of_rule(findings, "env-var-vendor")
+    assert f.severity == "error" and "selection silently does not happen" in f.message
+    assert f.line == line_of(text, "HIP_VISIBLE_DEVICES")
+    amd = spec(GPU_SPEC, resources__gpu_vendor="amd", resources__constraint="mi300x",
+               env__vars={"NVTE_FUSED_ATTN_BACKEND": 1, "JAX_PLATFORMS": "rocm"})
+    (g,) = of_rule(check(amd)[0], "env-var-vendor")
+    assert g.severity == "error" and "NVTE_FUSED_ATTN_BACKEND is NVIDIA (CUDA)-only" in g.message
+    assert "CK or AOTriton" in g.message
 
 
 def test_env_var_vendor_cuda_variable_in_rocm_spec_and_cpu_spec() -> None:
-    amd = spec(GPU_SPEC, resources__gpu_vendor="amd", resources__constraint="mi300x", env__vars={"NCCL_NVLS_ENABLE": 1})
-    (f,) = of_rule(check(amd)[0], "env-var-vendor")
-    assert f.severity == "error" and "NCCL_NVLS_ENABLE is NVIDIA (CUDA)-only" in f.message
+    # AMD's own MaxText-Slurm sets CUDA_DEVICE_MAX_CONNECTIONS on ROCm: HIP never reads it.
+    amd = spec(GPU_SPEC, resources__gpu_vendor="amd", resources__constraint="mi300x",
+               env__vars={"NCCL_NVLS_ENABLE": 1, "CUDA_DEVICE_MAX_CONNECTIONS": 1, "JAX_PLATFORMS": "rocm"})
+    found = {f.key: f for f in of_rule(check(amd)[0], "env-var-vendor")}
+    assert {f.severity for f in found.values()} == {"warning"}
+    assert "GPU_MAX_HW_QUEUES" in found["env.vars.CUDA_DEVICE_MAX_CONNECTIONS"].message
+    assert "NCCL_NVLS_ENABLE is NVIDIA (CUDA)-only" in found["env.vars.NCCL_NVLS_ENABLE"].message
     (w,) = of_rule(check(spec(CPU_SPEC, env__vars__CUDA_DEVICE_MAX_CONNECTIONS=1))[0], "env-var-vendor")
     assert w.severity == "warning"
+
+
+def test_env_var_vendor_ignores_variables_both_vendors_read() -> None:
+    # HIP honours CUDA_VISIBLE_DEVICES and RCCL reads CUDA_LAUNCH_BLOCKING.
+    amd = spec(GPU_SPEC, resources__gpu_vendor="amd", resources__constraint="mi300x",
+               env__vars={"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_LAUNCH_BLOCKING": 0, "JAX_PLATFORMS": "rocm"})
+    assert not of_rule(check(amd)[0], "env-var-vendor")
 
 
 def test_env_var_vendor_passes_for_matching_vendor() -> None:
@@ -180,7 +206,7 @@ def test_env_var_vendor_passes_for_matching_vendor() -> None:
 
 
 @pytest.mark.parametrize(("var", "value", "words"), [
-    ("NCCL_DEBUG", "LOUD", "expected one of VERSION, WARN, INFO, TRACE"),
+    ("NCCL_DEBUG", "LOUD", "expected one of NONE, ERROR, VERSION, WARN, INFO, ABORT, TRACE"),
     ("NCCL_IB_TIMEOUT", 40, "outside 1..31"),
     ("NCCL_ALGO", "Rings", "'Rings'"),
     ("NCCL_P2P_DISABLE", "yes", "expected 0 or 1"),
@@ -205,6 +231,14 @@ def test_env_var_unknown_with_did_you_mean_and_ungoverned_names_pass() -> None:
     assert not of_rule(check(spec(GPU_SPEC, env__vars={"MY_APP_SETTING": "x"}))[0], "env-var-unknown")
 
 
+def test_env_var_deprecated_is_a_note_that_does_not_fail() -> None:
+    findings, text = check(spec(GPU_SPEC, env__vars__NCCL_CHECKS_DISABLE=1))
+    (f,) = of_rule(findings, "env-var-deprecated")
+    assert f.severity == "note" and not f.fails and "does nothing" in f.message and "NCCL_CHECK_POINTERS" in f.message
+    assert f.line == line_of(text, "NCCL_CHECKS_DISABLE") and not of_rule(findings, "env-var-unknown")
+    assert not of_rule(check(spec(GPU_SPEC, env__vars__NCCL_CHECK_POINTERS=1))[0], "env-var-deprecated")
+
+
 def test_jax_platforms_wrong_vendor_and_cpu_first() -> None:
     (f,) = of_rule(check(spec(GPU_SPEC, env__vars={"JAX_PLATFORMS": "rocm"}))[0], "jax-platforms")
     assert "use cuda" in f.suggestion
@@ -222,6 +256,24 @@ def test_env_dangerous_reports_the_opt_in_and_nothing_without_it() -> None:
 
 
 # --- MaxText overrides ---------------------------------------------------------------------
+
+def test_maxtext_catalog_named_but_not_shipped() -> None:
+    findings, text = check(spec(GPU_SPEC, code__maxtext_catalog="maxtext-pr2879-f37ef2b8547c"))
+    (f,) = of_rule(findings, "maxtext-catalog")
+    assert f.severity == "error" and "no MaxText key catalog named 'maxtext-pr2879-f37ef2b8547c'" in f.message
+    assert f.suggestion == "did you mean 'maxtext-pr2879-f37ef2b8547b'?" and f.line == line_of(text, "maxtext_catalog")
+    assert not of_rule(findings, "maxtext-override-unknown")  # nothing judged without a catalog
+
+
+def test_maxtext_catalog_named_judges_the_overrides() -> None:
+    # expert_balance is a key of AMD's MaxText (ROCm images), not of PyPI maxtext 0.2.5.
+    fork = spec(GPU_SPEC, code__maxtext_catalog="maxtext-pr2879-f37ef2b8547b", model__overrides__expert_balance=True)
+    findings, _ = check(fork)
+    assert not of_rule(findings, "maxtext-catalog") and not of_rule(findings, "maxtext-override-unknown")
+    (f,) = of_rule(check(spec(GPU_SPEC, model__overrides__expert_balance=True))[0], "maxtext-override-unknown")
+    assert "'expert_balance' is not a MaxText 0.2.5 config key" in f.message
+    assert "maxtext-pr2879-f37ef2b8547b" in f.suggestion and "code.maxtext_catalog" in f.suggestion
+
 
 def test_maxtext_override_unknown_key() -> None:
     findings, text = check(spec(CPU_SPEC, model__overrides__stepz=5))

@@ -1,34 +1,87 @@
-"""Regenerate mxc/compiler/data/maxtext/maxtext-<version>.json from the installed maxtext package.
+"""Write a MaxText key catalog (mxc/compiler/data/maxtext/<name>.json) for ``mxc check``.
 
 ``mxc check`` judges ``model.overrides`` without importing MaxText (which takes seconds and
-pulls in jax): it needs the config keys MaxText accepts, their types and allowed values
-(from MaxText's own pydantic ``MaxTextConfig``), the defaults of ``configs/base.yml``, and
-the keys each ``configs/models/<name>.yml`` sets (MaxText refuses an override of those
-unless ``override_model_config=true``, and the model sizes feed the step-time estimate).
-``--probe`` remains the final word: it runs MaxText's validation itself.
+pulls in jax): it needs the config keys MaxText accepts, their types and allowed values, the
+defaults of ``base.yml``, and the keys each ``models/<name>.yml`` sets (MaxText refuses an
+override of those unless ``override_model_config=true``; the model sizes feed the step-time
+estimate). ``--probe`` remains the final word: it runs MaxText's validation itself.
 
-Run with the training venv:
+Three sources (docs/check.md, "MaxText key catalogs"):
+
+    # the maxtext package installed in a venv (imports it: MaxText's own pydantic fields)
     /tmp/setup/venv/bin/python tools/gen_maxtext_catalog.py
+    # a MaxText repository (upstream or a fork) at a pinned commit, read from git objects
+    python tools/gen_maxtext_catalog.py --git /path/to/maxtext.git --commit <sha> \
+        --repo-url https://github.com/ROCm/maxtext [--name rocm-maxtext-<sha12>]
+    # the MaxText inside a container image, copied out (or a path in an unpacked rootfs)
+    cid=$(podman create docker.io/rocm/jax-training:maxtext-v26.2)
+    podman cp "$cid":/workspace/maxtext /tmp/image-maxtext && podman rm "$cid"
+    python tools/gen_maxtext_catalog.py --dir /tmp/image-maxtext --name rocm-jax-training-v26.2 \
+        --image docker.io/rocm/jax-training:maxtext-v26.2@sha256:<digest>
+
+The last two read the files without importing them (tools/maxtext_pydantic_ast.py), so they
+need neither jax nor the image's Python. A tree without ``configs/types.py`` (the older
+``MaxText/`` layout, whose pyconfig accepts exactly the keys of base.yml) gets its keys and
+types from base.yml's values.
 """
 
 from __future__ import annotations
 
-import enum
+import argparse
+import ast
 import json
 import pathlib
-import types as pytypes
-import typing
+import re
+import sys
 from typing import Any
 
 import yaml
-from maxtext.configs import types  # type: ignore[import-not-found]
-from maxtext.version import __version__  # type: ignore[import-not-found]
 
-OUT = pathlib.Path(__file__).resolve().parents[1] / "compiler" / "data" / "maxtext"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from maxtext_pydantic_ast import Extractor, Module
+from maxtext_source import DirTree, Layout, SourceError, Tree, find_layout, git_tree
+
+OUT = pathlib.Path(__file__).resolve().parents[1] / "mxc" / "compiler" / "data" / "maxtext"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 
 
-def describe(annotation: Any) -> dict[str, Any]:
+def scalars(data: dict[str, Any]) -> dict[str, Any]:
+    """Scalar values and lists of scalars (``mlp_activations``); nested rules are left out."""
+
+    def plain(v: Any) -> bool:
+        return isinstance(v, (bool, int, float, str)) or v is None
+
+    return {k: v for k, v in data.items() if plain(v) or (isinstance(v, list) and all(plain(x) for x in v))}
+
+
+def base_defaults(base: dict[str, Any], keys: dict[str, dict[str, Any]]) -> None:
+    plain = scalars(base)
+    for name, entry in keys.items():
+        if name in plain:
+            entry["default"] = plain[name]
+
+
+def models_of(read: Any, listdir: Any, models_dir: str, names: list[str] | None) -> dict[str, Any]:
+    """Each model config's keys (and scalar values): ``models/<name>.yml`` for every model name."""
+    if names is None:
+        names = [n[:-4] for n in listdir(models_dir) if n.endswith(".yml")]
+    out = {}
+    for name in sorted(names):
+        text = read(f"{models_dir}/{name}.yml")
+        if text is not None:
+            model = yaml.safe_load(text) or {}
+            out[name] = {"keys": sorted(model), **scalars(model)}
+    return out
+
+
+# ---------------------------------------------------------------- the installed package (import)
+
+def describe_annotation(annotation: Any) -> dict[str, Any]:
     """A pydantic annotation -> {"type": ..., "optional": bool, "choices": [...]}."""
+    import enum
+    import types as pytypes
+    import typing
+
     optional = False
     while True:
         origin = typing.get_origin(annotation)
@@ -41,7 +94,7 @@ def describe(annotation: Any) -> dict[str, Any]:
             if len(args) == 1:
                 annotation = args[0]
                 continue
-            kinds = {describe(a)["type"] for a in args}
+            kinds = {describe_annotation(a)["type"] for a in args}
             kind = "number" if kinds <= {"int", "float"} else "any"
             return {"type": kind, "optional": optional}
         break
@@ -59,43 +112,125 @@ def describe(annotation: Any) -> dict[str, Any]:
     return {"type": "any", "optional": optional}
 
 
-def scalars(data: dict[str, Any]) -> dict[str, Any]:
-    """Scalar values and lists of scalars (``mlp_activations``); nested rules are left out."""
+def from_installed() -> dict[str, Any]:
+    import typing
 
-    def plain(v: Any) -> bool:
-        return isinstance(v, (bool, int, float, str)) or v is None
+    from maxtext.configs import types  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    from maxtext.version import __version__  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
-    return {k: v for k, v in data.items() if plain(v) or (isinstance(v, list) and all(plain(x) for x in v))}
-
-
-def main() -> None:
     configs = pathlib.Path(types.__file__).resolve().parent
-    base = yaml.safe_load((configs / "base.yml").read_text())
-    keys: dict[str, Any] = {}
-    for name, field in sorted(types.MaxTextConfig.model_fields.items()):
-        entry = describe(field.annotation)
-        if name in base and name in scalars(base):
-            entry["default"] = base[name]
-        keys[name] = entry
-    models = {}
-    for name in sorted(typing.get_args(types.ModelName)):
-        path = configs / "models" / f"{name}.yml"
-        if path.is_file():
-            model = yaml.safe_load(path.read_text()) or {}
-            models[name] = {"keys": sorted(model), **scalars(model)}
-    catalog = {
+    keys = {name: describe_annotation(f.annotation) for name, f in sorted(types.MaxTextConfig.model_fields.items())}
+    base_defaults(yaml.safe_load((configs / "base.yml").read_text()), keys)
+    tree = DirTree(configs)
+    models = models_of(tree.read, tree.listdir, "models", list(typing.get_args(types.ModelName)))
+    return {
+        "name": f"maxtext-{__version__}",
         "maxtext_version": __version__,
-        "generated_by": "tools/gen_maxtext_catalog.py",
+        "source": {"kind": "package", "package": f"maxtext=={__version__}", "layout": "src/maxtext/configs"},
+        "method": "MaxTextConfig.model_fields of the imported package",
         "keys": keys,
         "models": models,
     }
-    OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / f"maxtext-{__version__}.json"
+
+
+# ---------------------------------------------------------------- a tree read without importing it
+
+def read_module_of(tree: Tree, layout: Layout) -> Any:
+    """dotted module -> its parsed source, looked up in the tree (``MaxText.common_types``)."""
+
+    def read(dotted: str) -> ast.Module | None:
+        parts = dotted.split(".")
+        roots = [layout.package_root] if layout.configs != "configs" else []
+        candidates = [f"{r}/{'/'.join(parts)}.py".lstrip("/") for r in roots]
+        if layout.configs == "configs":  # the tree is the package directory itself
+            candidates.append("/".join(parts[1:]) + ".py")
+        for path in candidates:
+            text = tree.read(path)
+            if text is not None:
+                return ast.parse(text)
+        return None
+
+    return read
+
+
+def from_tree(tree: Tree) -> dict[str, Any]:
+    layout = find_layout(tree)
+    base = yaml.safe_load(tree.read(layout.path("base.yml")) or "") or {}
+    types_src = tree.read(layout.path("types.py"))
+    model_names: list[str] | None = None
+    if types_src is not None:
+        module = Module.parse(ast.parse(types_src))
+        extractor = Extractor(module, read_module_of(tree, layout))
+        keys = dict(sorted(extractor.fields("MaxTextConfig").items()))
+        model_names = extractor.model_names()
+        method = f"fields of MaxTextConfig in {layout.path('types.py')}, read with ast (not imported)"
+    else:
+        keys = {name: _typed_by_value(value) for name, value in sorted(base.items())}
+        method = f"keys of {layout.path('base.yml')} (this layout's pyconfig accepts exactly those), typed by their values"
+    base_defaults(base, keys)
+    models = models_of(tree.read, tree.listdir, layout.path("models"), model_names)
+    return {"source": {**tree.describe(), "layout": layout.name}, "method": method, "keys": keys, "models": models}
+
+
+def _typed_by_value(value: Any) -> dict[str, Any]:
+    """Old pyconfig: a key's type is its base.yml value's (None: any; a float accepts ints)."""
+    kind = {bool: "bool", int: "int", float: "number", str: "str", list: "list", dict: "dict"}.get(type(value), "any")
+    return {"type": kind, "optional": value is None or value == "None"}
+
+
+# ---------------------------------------------------------------- main
+
+def write(catalog: dict[str, Any], out_dir: pathlib.Path) -> pathlib.Path:
+    catalog = {"generated_by": "tools/gen_maxtext_catalog.py", **catalog}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{catalog['name']}.json"
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(catalog, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(out)
-    print(f"{len(keys)} config keys, {len(models)} model configs of maxtext {__version__} -> {out}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--git", type=pathlib.Path, help="a MaxText git repository (clone, worktree or bare mirror)")
+    where.add_argument("--dir", type=pathlib.Path, help="a MaxText directory, e.g. copied out of an image")
+    parser.add_argument("--commit", help="with --git: the commit (or branch, tag, ref) to read")
+    parser.add_argument("--repo-url", default="", help="with --git: the repository's public URL, recorded in the catalog")
+    parser.add_argument("--image", default="", help="with --dir: the image it came from (ref@digest), recorded")
+    parser.add_argument("--name", help="catalog name (the file name and code.maxtext_catalog); default from the source")
+    parser.add_argument("--label", help="how findings name this MaxText (default: the name)")
+    parser.add_argument("--out", type=pathlib.Path, default=OUT, help="output directory")
+    args = parser.parse_args(argv)
+    try:
+        if args.git is not None:
+            if not args.commit:
+                parser.error("--git needs --commit (a catalog is for one pinned commit)")
+            tree: Tree = git_tree(args.git, args.commit, args.repo_url)
+            catalog = from_tree(tree)
+            slug = "-".join(args.repo_url.rstrip("/").removesuffix(".git").split("/")[-2:]).lower() or "maxtext"
+            default_name = f"{slug}-{catalog['source']['commit'][:12]}"
+        elif args.dir is not None:
+            catalog = from_tree(DirTree(args.dir.resolve()))
+            if args.image:
+                catalog["source"]["image"] = args.image
+            default_name = args.dir.resolve().name
+        else:
+            catalog = from_installed()
+            default_name = catalog["name"]
+    except SourceError as exc:
+        print(f"gen_maxtext_catalog: {exc}", file=sys.stderr)
+        return 2
+    name = args.name or default_name
+    if not NAME.fullmatch(name):
+        parser.error(f"--name {name!r}: letters, digits, '.', '_' and '-' only")
+    catalog["name"] = name
+    catalog["label"] = args.label or catalog.get("maxtext_version") or name
+    out = write(catalog, args.out)
+    layout = catalog["source"].get("layout", "package")
+    print(f"{len(catalog['keys'])} config keys, {len(catalog['models'])} model configs ({layout}) -> {out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,8 +17,16 @@ carry no type, default or help. So this reads XLA's own flag table:
 3. Confirmation by the real parser: all flags at their defaults in one ``XLA_FLAGS`` must be
    accepted, and every other ``xla_*`` name in the library's strings must be rejected.
 
+4. GPU plugins (``--plugin``, optional): the CUDA and ROCm backends are separate wheels
+   (``jax-cuda12-pjrt``, ``jax-rocm7-pjrt``) whose shared library carries its own copy of XLA
+   and parses ``XLA_FLAGS`` again when it creates its GPU client. Their table cannot be walked
+   without that GPU, so the plugin is cross-checked by name: every catalogued flag must be
+   among the plugin library's ``xla_*`` strings (a flag the plugin lacks aborts a GPU run),
+   and the plugin's other ``xla_*`` strings are recorded (candidates, not confirmed flags).
+
 Run with the interpreter whose jaxlib you want catalogued:
-    /tmp/setup/venv/bin/python tools/gen_xla_flag_catalog.py [--python PY] [--out DIR]
+    /tmp/setup/venv/bin/python tools/gen_xla_flag_catalog.py [--python PY] [--out DIR] \
+        [--plugin jax_rocm7_pjrt-0.11.0.post1-py3-none-manylinux_2_27_x86_64.whl ...]
 """
 
 from __future__ import annotations
@@ -31,11 +39,13 @@ import re
 import struct
 import subprocess
 import sys
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "compiler" / "data" / "xla_flags"
+DEFAULT_OUT = REPO / "mxc" / "compiler" / "data" / "xla_flags"
 
 # tsl::Flag with libstdc++ (32-byte std::string, 32-byte std::function), see the module doc.
 STRIDE = 296
@@ -147,7 +157,7 @@ def _worker_flags(first_name: str, xla_flags: str) -> None:
 
 def _worker_descriptor(lib: str) -> None:
     """Print enum choices of DebugOptions fields, from the xla.proto descriptor in ``lib``."""
-    from google.protobuf import descriptor_pb2
+    from google.protobuf import descriptor_pb2  # type: ignore[import-untyped,unused-ignore]
 
     with open(lib, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
         start = data.find(b"\n\rxla/xla.proto")
@@ -261,7 +271,24 @@ def confirm_names(python: str, flags: dict[str, dict[str, Any]]) -> None:
     check(list(flags.values()))
 
 
-def generate(python: str, out_dir: Path) -> Path:
+def plugin_check(plugin: Path, flags: set[str], jaxlib_names: set[str]) -> dict[str, Any]:
+    """Cross-check a GPU plugin (its wheel or its .so) by name against the catalogued flags."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = plugin
+        if plugin.suffix == ".whl":
+            with zipfile.ZipFile(plugin) as wheel:
+                members = [m for m in wheel.namelist() if m.startswith("jax_plugins/") and m.endswith(".so")]
+                if len(members) != 1:
+                    sys.exit(f"{plugin.name}: expected one jax_plugins/*.so, found {members}")
+                lib = Path(wheel.extract(members[0], tmp))
+        names = library_names(lib)
+    missing = sorted(flags - names)
+    if missing:
+        print(f"warning: {plugin.name} lacks {len(missing)} catalogued flags: {missing[:10]}", file=sys.stderr)
+    return {"flags_missing": missing, "other_xla_names": sorted(names - flags - jaxlib_names)}
+
+
+def generate(python: str, out_dir: Path, plugins: tuple[Path, ...] = ()) -> Path:
     info = subprocess.run(
         [python, "-c", "import jaxlib, jaxlib.version, os; print(os.path.dirname(jaxlib.__file__)); "
                        "print(jaxlib.version.__version__)"],
@@ -285,10 +312,14 @@ def generate(python: str, out_dir: Path) -> Path:
     if walk.returncode != 0:
         sys.exit(f"flag table walk failed:\n{walk.stderr[-2000:]}")
     flags = {f["name"]: f for f in json.loads(walk.stdout)}
-    # Validate the walk against what jaxlib itself printed.
+    # Validate the walk against what jaxlib itself printed. jaxlib's log line has a length
+    # cap, so the last usage line it prints can be cut inside its help text (0.8.2, 0.11.x).
+    last = next(reversed(dump))
     for name, (default, kind, doc) in dump.items():
         got = flags.get(name)
-        if got is None or got["type"] != kind or displayed(got) != default or (got["doc"] != doc and "\n" not in got["doc"]):
+        cut = name == last and got is not None and got["doc"].startswith(doc)
+        if got is None or got["type"] != kind or displayed(got) != default or (
+                got["doc"] != doc and "\n" not in got["doc"] and not cut):
             sys.exit(f"flag table layout mismatch at {name}: jaxlib says {default!r} {kind}, walk says {got}; "
                      "update the layout constants in this tool")
     desc = subprocess.run([python, __file__, "--worker-descriptor", str(lib)], capture_output=True, text=True)
@@ -306,6 +337,7 @@ def generate(python: str, out_dir: Path) -> Path:
         "method": "tsl::Flag table of libjax_common.so, validated against jaxlib's usage text; "
                   "all flags accepted by XLA_FLAGS at their defaults, every other xla_* name in the library rejected",
         "rejected_names": len(others),
+        "plugins": {p.name: plugin_check(p, set(flags), names) for p in plugins},
         "flags": {
             name: {
                 "type": f["type"],
@@ -335,8 +367,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default=sys.executable, help="interpreter whose jaxlib is catalogued")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
+    parser.add_argument("--plugin", type=Path, action="append", default=[],
+                        help="a GPU plugin wheel (jax-cuda12-pjrt, jax-rocm7-pjrt) or its .so to cross-check")
     args = parser.parse_args()
-    generate(args.python, args.out)
+    generate(args.python, args.out, tuple(args.plugin))
 
 
 if __name__ == "__main__":

@@ -96,6 +96,11 @@ class Code(Strict):
         None, pattern=r"^\d+(\.\d+)*([a-z0-9.+-]*)$",
         description="jaxlib the training runs with (e.g. the image's); `mxc check` judges XLA flags against this version",
     )
+    maxtext_catalog: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$",
+        description="MaxText key catalog `mxc check` judges model.overrides against (a fork's or an image's MaxText, "
+        "docs/check.md); default: the catalog of code.repo at code.commit, else of code.maxtext_version, else the newest",
+    )
 
     @field_validator("repo")
     @classmethod

@@ -3,7 +3,8 @@
 - XLA flags, one catalog per jaxlib version (``data/xla_flags/jaxlib-<v>.json``), generated
   from that jaxlib by tools/gen_xla_flag_catalog.py. Flags appear and vanish between releases,
   so a spec is checked against the jaxlib it pins, never the one on the reviewer's laptop.
-- MaxText config keys and model configs, per maxtext version (tools/gen_maxtext_catalog.py).
+- MaxText config keys and model configs, per maxtext release and per named tree (a fork at a
+  commit, the MaxText inside an image), made by tools/gen_maxtext_catalog.py.
 - NCCL/RCCL/NVTE/HSA/CUDA variables: curated by hand (``data/env_vars.json``), each with its
   allowed values, vendor and documentation source.
 """
@@ -100,6 +101,11 @@ class EnvVar:
     maximum: float | None = None
     pattern: str = ""
     items: tuple[str, ...] = ()
+    # A vendor-specific variable in the other vendor's spec: why that is harmless (a warning) or a
+    # real conflict (an error). Every vendor-specific entry says one of the two.
+    harmless_on_other_vendor: str = ""
+    conflict_on_other_vendor: str = ""
+    deprecated: str = ""  # why setting it no longer does anything (a note)
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,9 @@ def env_catalog() -> EnvCatalog:
             maximum=v.get("max"),
             pattern=v.get("pattern", ""),
             items=tuple(v.get("items", ())),
+            harmless_on_other_vendor=v.get("harmless_on_other_vendor", ""),
+            conflict_on_other_vendor=v.get("conflict_on_other_vendor", ""),
+            deprecated=v.get("deprecated", ""),
         )
     return EnvCatalog(variables, dict(raw["governed_prefixes"]))
 
@@ -153,10 +162,12 @@ class MaxTextKey:
 
 @dataclass(frozen=True)
 class MaxTextCatalog:
-    version: str
+    version: str  # how findings name this MaxText: "0.2.5", or a fork's or image's catalog name
     keys: dict[str, MaxTextKey] = field(repr=False)
     models: dict[str, dict[str, Any]] = field(repr=False)
     _defaults: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
+    name: str = ""  # the file's name, what code.maxtext_catalog says
+    source: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def value(self, key: str, model_name: str, overrides: dict[str, Any]) -> Any:
         """What MaxText would use for ``key``: the override, else the model config, else base.yml."""
@@ -174,17 +185,54 @@ class MaxTextCatalog:
         return cached
 
 
+_RELEASE = re.compile(r"^maxtext-(\d.*)$")
+
+
+@cache
+def maxtext_catalog_names() -> tuple[str, ...]:
+    """Every shipped MaxText key catalog: releases (``maxtext-<version>``) and named trees (a fork at
+    a commit, an image's MaxText), as tools/gen_maxtext_catalog.py writes them."""
+    names = [e.name[:-len(".json")] for e in _data("maxtext").iterdir() if e.name.endswith(".json")]
+    return tuple(sorted(names))
+
+
 @cache
 def maxtext_catalog_versions() -> tuple[str, ...]:
-    names = [e.name for e in _data("maxtext").iterdir() if e.name.startswith("maxtext-") and e.name.endswith(".json")]
-    return tuple(sorted((n[len("maxtext-"):-len(".json")] for n in names), key=_version_key))
+    """maxtext releases with a shipped catalog, oldest first."""
+    versions = [m.group(1) for n in maxtext_catalog_names() if (m := _RELEASE.match(n))]
+    return tuple(sorted(versions, key=_version_key))
+
+
+def _catalog_file(name_or_version: str) -> str:
+    return name_or_version if name_or_version in maxtext_catalog_names() else f"maxtext-{name_or_version}"
 
 
 @cache
-def maxtext_catalog(version: str) -> MaxTextCatalog:
-    raw = json.loads(_data("maxtext", f"maxtext-{version}.json").read_text("utf-8"))
+def maxtext_catalog(name_or_version: str) -> MaxTextCatalog:
+    """A catalog by its name (``amd-maxtext-...``) or by maxtext release (``0.2.5``)."""
+    name = _catalog_file(name_or_version)
+    raw = json.loads(_data("maxtext", f"{name}.json").read_text("utf-8"))
     keys = {
-        name: MaxTextKey(name, k["type"], bool(k.get("optional")), tuple(k.get("choices", ())), k.get("default"))
-        for name, k in raw["keys"].items()
+        key: MaxTextKey(key, k["type"], bool(k.get("optional")), tuple(k.get("choices", ())), k.get("default"))
+        for key, k in raw["keys"].items()
     }
-    return MaxTextCatalog(raw["maxtext_version"], keys, raw["models"])
+    label = raw.get("maxtext_version") or raw.get("label") or name
+    return MaxTextCatalog(label, keys, raw["models"], name=name, source=dict(raw.get("source", {})))
+
+
+def same_repository(a: str, b: str) -> bool:
+    """Two spellings of one git repository (https/ssh, with or without .git, any case)."""
+
+    def norm(url: str) -> str:
+        url = url.strip().lower().removesuffix("/").removesuffix(".git")
+        url = re.sub(r"^(https?://|ssh://|git://)", "", url)
+        url = re.sub(r"^git@([^:/]+):", r"\1/", url)
+        return url.split("@", 1)[-1] if "@" in url.split("/", 1)[0] else url
+
+    return norm(a) == norm(b)
+
+
+@cache
+def maxtext_catalogs_with_key(key: str) -> tuple[str, ...]:
+    """The shipped catalogs whose MaxText accepts ``key`` (to point a fork's key to its catalog)."""
+    return tuple(n for n in maxtext_catalog_names() if key in maxtext_catalog(n).keys)

@@ -35,7 +35,7 @@ class Rule:
         return " ".join(self.doc.split("\n\n")[0].split())
 
 
-_XLA = frozenset({"env", "code"})
+_XLA = frozenset({"env", "code", "image"})  # image: its known jaxlib (index.json)
 _ENV = frozenset({"env", "resources"})
 _MAXTEXT = frozenset({"model", "code"})
 _SHAPE = frozenset({"model", "code", "env", "resources"})
@@ -51,8 +51,10 @@ RULES: tuple[Rule, ...] = (
     Rule("env-var-vendor", "error", rules_env.env_var_vendor, _ENV),
     Rule("env-var-value", "error", rules_env.env_var_value, _ENV),
     Rule("env-var-unknown", "warning", rules_env.env_var_unknown, _ENV),
+    Rule("env-var-deprecated", "note", rules_env.env_var_deprecated, _ENV),
     Rule("jax-platforms", "error", rules_env.jax_platforms, _ENV),
     Rule("env-dangerous", "note", rules_env.env_dangerous, _ENV),
+    Rule("maxtext-catalog", "error", rules_maxtext.maxtext_catalog_rule, _MAXTEXT),
     Rule("maxtext-override-unknown", "error", rules_maxtext.maxtext_override_unknown, _MAXTEXT),
     Rule("maxtext-override-value", "error", rules_maxtext.maxtext_override_value, _MAXTEXT),
     Rule("maxtext-model-key", "error", rules_maxtext.maxtext_model_key, _MAXTEXT),

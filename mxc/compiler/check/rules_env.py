@@ -18,26 +18,50 @@ _PLATFORM_VENDOR = {"cuda": "nvidia", "rocm": "amd"}
 
 @lru_cache(maxsize=1024)
 def _suggest_var(name: str) -> str:
-    return did_you_mean(name, env_catalog().variables)
+    """The one catalogued name that completes ``name`` (NCCL_IB_QPS -> NCCL_IB_QPS_PER_CONNECTION),
+    else the closest spelling."""
+    longer = [v for v in env_catalog().variables if v.startswith(name + "_")]
+    return f"did you mean '{longer[0]}'?" if len(longer) == 1 else did_you_mean(name, env_catalog().variables)
 
 
 def env_var_vendor(s: Subject) -> Iterator[Issue]:
-    """A vendor-specific variable matches the spec's GPUs: a ROCm-only variable (HSA_*, RCCL_*,
-    NVTE_FUSED_ATTN_CK) in a CUDA spec, or a CUDA-only one (CUDA_*, NCCL_NVLS_ENABLE) in a ROCm
-    spec, is an error; in a CPU spec a GPU variable does nothing (warning)."""
+    """A vendor-specific variable matches the spec's GPUs. In the other vendor's spec it is an error
+    when it conflicts (a GPU selection that silently does not apply), a warning with the reason when
+    the other vendor's libraries just never read it (CUDA_DEVICE_MAX_CONNECTIONS on ROCm, set by
+    AMD's own scripts). Each catalogued vendor-specific variable says which, and why. In a CPU spec
+    a GPU variable does nothing (warning)."""
     cat = env_catalog()
     vendor = s.spec.resources.gpu_vendor
     for name in s.spec.env.vars:
         owner = cat.vendor_of(name)
         if owner not in _VENDOR_NAME:
             continue
+        path = ("env", "vars", name)
         if vendor == "none":
-            yield Issue(("env", "vars", name), f"{name} is {_VENDOR_NAME[owner]}-only and this spec uses no GPUs",
-                        "remove it", severity="warning")
-        elif owner != vendor:
-            yield Issue(("env", "vars", name),
-                        f"{name} is {_VENDOR_NAME[owner]}-only but this spec runs on {_VENDOR_NAME[vendor]} GPUs "
-                        f"(resources.gpu_vendor: {vendor})", "remove it or move it to the other vendor's base spec")
+            yield Issue(path, f"{name} is {_VENDOR_NAME[owner]}-only and this spec uses no GPUs", "remove it",
+                        severity="warning")
+            continue
+        if owner == vendor:
+            continue
+        where = f"{name} is {_VENDOR_NAME[owner]}-only but this spec runs on {_VENDOR_NAME[vendor]} GPUs"
+        known = cat.variables.get(name)
+        if known is not None and known.harmless_on_other_vendor:
+            yield Issue(path, f"{where}: harmless, {known.harmless_on_other_vendor}",
+                        "keep it only if the same settings serve both vendors", severity="warning")
+        else:
+            reason = f": {known.conflict_on_other_vendor}" if known is not None and known.conflict_on_other_vendor else ""
+            yield Issue(path, f"{where} (resources.gpu_vendor: {vendor}){reason}",
+                        "remove it or move it to the other vendor's base spec")
+
+
+def env_var_deprecated(s: Subject) -> Iterator[Issue]:
+    """A catalogued variable that its library no longer reads (NCCL_CHECKS_DISABLE): setting it is
+    harmless but does nothing, so the note says what replaced it."""
+    cat = env_catalog()
+    for name in s.spec.env.vars:
+        var = cat.variables.get(name)
+        if var is not None and var.deprecated:
+            yield Issue(("env", "vars", name), f"{name} does nothing: {var.deprecated}", f"see {var.source}")
 
 
 def _value_problem(var: EnvVar, value: str) -> str:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 
-from mxc.compiler.check.catalogs import MaxTextKey, maxtext_catalog
+from mxc.compiler.check.catalogs import MaxTextKey, maxtext_catalog, maxtext_catalog_names, maxtext_catalogs_with_key
 from mxc.compiler.check.subject import Issue, Subject
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.render import scalar_text
@@ -26,6 +26,16 @@ def _suggest_key(key: str, version: str) -> str:
     return did_you_mean(key, maxtext_catalog(version).keys)
 
 
+def maxtext_catalog_rule(s: Subject) -> Iterator[Issue]:
+    """code.maxtext_catalog names a shipped MaxText key catalog: without it no override can be judged."""
+    pin = s.maxtext_pin
+    if pin.how == "code.maxtext_catalog" and pin.version is None:
+        shipped = maxtext_catalog_names()
+        yield Issue(pin.path, f"no MaxText key catalog named {pin.requested!r}; shipped: {', '.join(shipped) or 'none'}",
+                    did_you_mean(pin.requested or "", shipped)
+                    or "generate one with tools/gen_maxtext_catalog.py --git REPO --commit SHA (or --dir an image's MaxText)")
+
+
 def maxtext_override_unknown(s: Subject) -> Iterator[Issue]:
     """Every override is a MaxText config key: MaxText refuses unknown keys at start-up."""
     if s.maxtext is None:
@@ -33,7 +43,15 @@ def maxtext_override_unknown(s: Subject) -> Iterator[Issue]:
     for key in s.overrides:
         if key not in s.maxtext.keys:
             yield Issue(("model", "overrides", key), f"'{key}' is not a MaxText {s.maxtext.version} config key",
-                        _suggest_key(key, s.maxtext.version) or "see maxtext/configs/base.yml")
+                        _other_catalogs(key, s) or _suggest_key(key, s.maxtext.name) or "see maxtext/configs/base.yml")
+
+
+def _other_catalogs(key: str, s: Subject) -> str:
+    """A key another shipped MaxText (a fork's, an image's) has: the spec may be judged by the wrong one."""
+    if s.maxtext_pin.how == "code.maxtext_catalog":
+        return ""
+    others = [n for n in maxtext_catalogs_with_key(key) if n != s.maxtext_pin.version]
+    return f"'{key}' is a key of {', '.join(others)}: set code.maxtext_catalog to the MaxText this runs" if others else ""
 
 
 def _value_problem(spec: MaxTextKey, value: Scalar) -> str:

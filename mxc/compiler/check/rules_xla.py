@@ -24,14 +24,19 @@ def jaxlib_catalog(s: Subject) -> Iterator[Issue]:
     """The spec's jaxlib has a shipped XLA flag catalog.
 
     Flags are judged against the jaxlib the spec runs with (code.jaxlib_version, the lockfile,
-    or its maxtext pin). A pinned version without a catalog is an error: nothing could be
-    judged. An unpinned spec is checked against the default catalog, with a note.
+    the known jaxlib of its image, or its maxtext pin). A pinned version without a catalog is an
+    error: nothing could be judged. A local build (``0.8.2+selfbuilt``) is judged by its release's
+    catalog, and an unpinned spec by the default catalog, each with a note.
     """
     pin = s.jaxlib
     if pin.requested is not None and pin.version is None:
         yield Issue(pin.path or ("code",), f"no XLA flag catalog for jaxlib {pin.requested} ({pin.how}); "
                     f"shipped: {', '.join(xla_catalog_versions()) or 'none'}",
                     "generate one with tools/gen_xla_flag_catalog.py --python <python with that jaxlib>")
+    elif pin.requested is not None and pin.version != pin.requested and s.flag_uses:
+        yield Issue(pin.path or ("code",), f"jaxlib {pin.requested} ({pin.how}) is a local build: XLA flags checked "
+                    f"against jaxlib {pin.version}'s catalog; a vendor's build may register other flags",
+                    "--probe --probe-python <the image's python> asks that jaxlib itself", severity="note")
     elif pin.requested is None and s.flag_uses and pin.version is not None:
         yield Issue(("code",), f"jaxlib is not pinned: XLA flags checked against jaxlib {pin.version} (the default)",
                     "set code.jaxlib_version to the jaxlib in the image", severity="note")

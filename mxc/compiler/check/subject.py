@@ -15,7 +15,9 @@ from mxc.compiler.check.catalogs import (
     MaxTextCatalog,
     XlaCatalog,
     maxtext_catalog,
+    maxtext_catalog_names,
     maxtext_catalog_versions,
+    same_repository,
     xla_catalog,
     xla_catalog_versions,
     xla_index,
@@ -64,14 +66,20 @@ class FlagUse:
 
 
 def choose_jaxlib(spec: JobSpec, lock_jaxlib: str | None, lock_name: str = "") -> Pin:
-    """The jaxlib a spec runs with: code.jaxlib_version, else its lockfile, else its maxtext pin, else the default."""
+    """The jaxlib a spec runs with: code.jaxlib_version, else its lockfile, else the jaxlib of its
+    image (index.json ``images``, known images only), else its maxtext pin, else the default."""
     shipped = xla_catalog_versions()
     index = xla_index()
     pinned = spec.code.jaxlib_version
     if pinned is not None:
-        return Pin(pinned if pinned in shipped else None, pinned, "code.jaxlib_version", ("code", "jaxlib_version"))
+        return Pin(_catalog_for(pinned, shipped), pinned, "code.jaxlib_version", ("code", "jaxlib_version"))
     if lock_jaxlib is not None:
-        return Pin(lock_jaxlib if lock_jaxlib in shipped else None, lock_jaxlib, f"jaxlib in {lock_name or 'the lockfile'}")
+        return Pin(_catalog_for(lock_jaxlib, shipped), lock_jaxlib, f"jaxlib in {lock_name or 'the lockfile'}")
+    if spec.image is not None:
+        ref = image_name(spec.image.ref)
+        version = index.get("images", {}).get(ref, {}).get("jaxlib")
+        if version is not None:
+            return Pin(_catalog_for(version, shipped), version, f"the jaxlib of {ref}", ("image", "ref"))
     mt = spec.code.maxtext_version
     if mt is not None and mt in index.get("maxtext", {}):
         version = index["maxtext"][mt]
@@ -80,12 +88,42 @@ def choose_jaxlib(spec: JobSpec, lock_jaxlib: str | None, lock_name: str = "") -
     return Pin(default if default in shipped else (shipped[-1] if shipped else None), None, "default")
 
 
+def _catalog_for(version: str, shipped: tuple[str, ...]) -> str | None:
+    """The catalog for a jaxlib version. A local build (``0.8.2+selfbuilt``, ``0.11.0+rocm7``) is
+    judged by its public release's catalog; the jaxlib-catalog rule notes the difference."""
+    if version in shipped:
+        return version
+    public = version.split("+", 1)[0]
+    return public if public != version and public in shipped else None
+
+
+def image_name(ref: str) -> str:
+    """An image reference without its registry's default prefix, tag kept, digest dropped:
+    ``docker.io/rocm/jax-training:maxtext-v26.2@sha256:...`` -> ``rocm/jax-training:maxtext-v26.2``."""
+    ref = ref.split("@", 1)[0]
+    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/", "registry-1.docker.io/"):
+        if ref.startswith(prefix):
+            return ref[len(prefix):]
+    return ref
+
+
 def choose_maxtext(spec: JobSpec) -> Pin:
-    shipped = maxtext_catalog_versions()
+    """The MaxText key catalog a spec is judged against: the one code.maxtext_catalog names, else
+    the one generated from code.repo at code.commit, else its maxtext release's, else the newest release's."""
+    names = maxtext_catalog_names()
+    named = spec.code.maxtext_catalog
+    if named is not None:
+        return Pin(named if named in names else None, named, "code.maxtext_catalog", ("code", "maxtext_catalog"))
+    if spec.code.repo is not None and spec.code.commit is not None:
+        for name in names:
+            source = maxtext_catalog(name).source
+            if source.get("commit") == spec.code.commit and same_repository(source.get("repo", ""), spec.code.repo):
+                return Pin(name, name, f"code.repo at {spec.code.commit[:12]}", ("code", "commit"))
     mt = spec.code.maxtext_version
-    if mt is not None and mt in shipped:
-        return Pin(mt, mt, "code.maxtext_version", ("code", "maxtext_version"))
-    return Pin(shipped[-1] if shipped else None, mt, "newest shipped", ("code",))
+    if mt is not None and f"maxtext-{mt}" in names:
+        return Pin(f"maxtext-{mt}", mt, "code.maxtext_version", ("code", "maxtext_version"))
+    releases = maxtext_catalog_versions()
+    return Pin(f"maxtext-{releases[-1]}" if releases else None, mt, "newest shipped", ("code",))
 
 
 @dataclass
