@@ -24,6 +24,7 @@ import pytest
 
 from mxc.errors import UserError
 from mxc.report import collect, vendor
+from mxc.report.outcome import outcome
 from mxc.report.page import embed_json, render
 from mxc.report.plots import MAX_POINTS, align, step_panels, thin
 from mxc.runtime import runs
@@ -166,6 +167,19 @@ def test_a_failed_run_says_what_happened_before_its_first_step(three: Path, mxc:
     assert "No run recorded a step" in text or "Nothing to plot" in text
     png = mxc("report", report_runs.FAILED, "-o", str(tmp_path / "failed.png"))
     assert png.returncode == 2 and "report.html" in png.stderr and not (tmp_path / "failed.png").exists()
+
+
+def test_the_headline_says_how_a_run_ended_before_its_first_step(three: Path) -> None:
+    run = runs.find_run(three, report_runs.FAILED)
+    record = runs.load(run)
+    assert outcome(run, record, steps=0).headline() == \
+        "failed before its first step in stage train: MaxText rejected the configuration"
+    cancelled = outcome(run, record.model_copy(update={"status": "cancelled"}), steps=0)
+    assert cancelled.headline().startswith("cancelled before its first step in stage train: ")
+    reached = outcome(run, record, steps=3)
+    assert not reached.before_first_step and reached.headline() == "MaxText rejected the configuration"
+    live = outcome(run, record.model_copy(update={"status": "running"}), steps=0)
+    assert not live.before_first_step  # still starting: nothing to say yet
 
 
 def test_log_lines_and_spec_values_stay_text(three: Path, tmp_path: Path) -> None:

@@ -84,7 +84,8 @@ class Outcome:
             return title
         where = self.stopped_in()
         stage = f" in stage {where}" if where and where != "finished" else ""
-        return f"failed before its first step{stage}: {title}"
+        ended = self.verdict.get("status") if self.verdict.get("status") in ("cancelled", "hung") else "failed"
+        return f"{ended} before its first step{stage}: {title}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"cause": self.verdict.get("cause"), "title": self.verdict.get("title"), "headline": self.headline(),

@@ -16,6 +16,7 @@ import html
 import json
 import math
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from mxc.report import Report
@@ -95,6 +96,11 @@ def _duration(seconds: float | None) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
+def _when(iso: str | None) -> str:
+    seconds = epoch_seconds(iso)
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if seconds is not None else "-"
+
+
 # ---- the runs
 
 
@@ -104,13 +110,10 @@ STATUS_CLASS = {"succeeded": "ok", "failed": "bad", "hung": "bad", "cancelled": 
 
 def _facts(run: RunData) -> list[tuple[str, str]]:
     s, record = run.summary(), run.record
-    started = epoch_seconds(record.started)
-    host = record.host.get("hostname") if isinstance(record.host, dict) else None
     facts = [("spec", record.spec_name), ("bundle", s["bundle"]), ("backend", record.backend)]
-    if record.slurm and isinstance(record.slurm, dict) and record.slurm.get("job_id"):
+    if record.slurm and record.slurm.get("job_id"):
         facts.append(("Slurm job", str(record.slurm["job_id"])))
-    facts += [("host", str(host or "-")), ("started", (record.started or "-").replace("T", " ")[:19] + " UTC"
-                                               if started else "-"),
+    facts += [("host", str(record.host.get("hostname") or "-")), ("started", _when(record.started)),
               ("duration", _duration(s["duration_seconds"])), ("steps", f"{s['steps']:,}")]
     if s["steps"]:
         facts += [("final loss", _num(s["final_loss"], 6)),
@@ -210,7 +213,7 @@ def _run_card(i: int, run: RunData) -> str:
     return (f'<article class="card run run-{i}" id="run-{i + 1}"><header><span class="swatch"></span>'
             f'<span class="run-number">run {i + 1}</span> <code class="run-id">{esc(run.run.run_id)}</code>'
             f'<span class="pill {STATUS_CLASS.get(status, "muted")}">{esc(status)}</span></header>'
-            f"{_verdict(run)}<dl class=\"facts\">{facts}</dl>{notes}</article>")
+            f'<div class="run-body">{_verdict(run)}<div><dl class="facts">{facts}</dl>{notes}</div></div></article>')
 
 
 # ---- the plots
@@ -372,7 +375,7 @@ def render(report: Report) -> str:
               "img-src data:; base-uri 'none'; form-action 'none'")
     title = _title(report.runs)
     body = "".join([
-        f'<header class="top"><h1>{esc(title)}</h1><p class="muted">generated {esc(report.generated.replace("T", " "))} '
+        f'<header class="top"><h1>{esc(title)}</h1><p class="muted">generated {esc(_when(report.generated))} '
         f"by mxc report</p>{_legend(report.runs)}</header>",
         '<p id="mxc-js-errors" class="js-errors" hidden></p>',
         '<section class="runs">' + "".join(_run_card(i, r) for i, r in enumerate(report.runs)) + "</section>",

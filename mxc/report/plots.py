@@ -42,13 +42,15 @@ class Panel:
     log: bool = False  # the initial y scale (the page has a toggle)
     smooth: bool = True  # the smoothing slider applies
     clip_top: float | None = None  # initial y maximum: keeps compile steps from flattening the rest
+    y_span: tuple[float | None, float | None] = (None, None)  # always shown on a linear axis: 0-100 for a percentage
     markers: list[dict[str, Any]] = field(default_factory=list)  # {x, run, kind, label}
     bands: list[dict[str, Any]] = field(default_factory=list)  # {from, to, run}: training attempts
 
     def payload(self) -> dict[str, Any]:
         xs, ys = align([s.points for s in self.series])
         return {"id": self.id, "title": self.title, "x": self.x, "unit": self.unit, "log": self.log,
-                "smooth": self.smooth, "clip_top": _finite(self.clip_top), "markers": self.markers, "bands": self.bands,
+                "smooth": self.smooth, "clip_top": _finite(self.clip_top), "y_span": list(self.y_span),
+                "markers": self.markers, "bands": self.bands,
                 "series": [{"run": s.run, "label": s.label, "dash": s.dash} for s in self.series], "data": [xs, *ys]}
 
 
@@ -172,19 +174,20 @@ def _clip_compile(panel: Panel, runs: Sequence[RunData]) -> None:
 
 HOST_PANELS = (("cpu", "Host CPU busy, all cores", "%"), ("memory", "Host memory in use (whole machine)", "GiB"))
 GPU_PANELS = (("GPU utilization (%)", "gpu_utilization", "%"), ("GPU memory used (GiB)", "gpu_memory", "GiB"))
+SPANS: dict[str, tuple[float | None, float | None]] = {"%": (0.0, 100.0), "GiB": (0.0, None)}  # 99.9% is not 100% x 0.1
 
 
 def time_panels(runs: Sequence[RunData]) -> list[Panel]:
     """Host CPU and memory, GPU utilization and memory over time, from each run's TSDB."""
     panels = []
     for key, title, unit in HOST_PANELS:
-        panel = Panel(f"host_{key}", title, "time", unit, smooth=False)
+        panel = Panel(f"host_{key}", title, "time", unit, smooth=False, y_span=SPANS[unit])
         for i, run in enumerate(runs):
             if run.host.get(key):
                 panel.series.append(Series(i, f"run {i + 1}", run.host[key]))
         panels.append(panel)
     for name, panel_id, unit in GPU_PANELS:
-        panel = Panel(panel_id, name.split(" (")[0], "time", unit, smooth=False)
+        panel = Panel(panel_id, name.split(" (")[0], "time", unit, smooth=False, y_span=SPANS[unit])
         for i, run in enumerate(runs):
             for j, (gpu, points) in enumerate(sorted(run.gpu.get(name, {}).items())):
                 panel.series.append(Series(i, f"run {i + 1} gpu {gpu}", points, dash=j > 0))

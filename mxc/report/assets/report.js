@@ -147,13 +147,22 @@
   }
 
   function yRange(panel) {
+    const floor = panel.y_span[0], ceiling = panel.y_span[1];
     return (u, min, max) => {
-      if (min === null || max === null) return [0, 1];
+      if (min === null || max === null) return [floor !== null ? floor : 0, ceiling !== null ? ceiling : 1];
       if (panel.clip_top !== null && max > panel.clip_top) max = panel.clip_top;
-      if (min === max) { const pad = Math.abs(min) * 0.1 || 1; return [min - pad, max + pad]; }
-      const pad = (max - min) * 0.06;
-      const low = min >= 0 && min - pad < 0 ? 0 : min - pad;
-      return [low, max + pad];
+      let low, high;
+      if (min === max) {
+        const pad = Math.abs(min) * 0.1 || 1;
+        low = min - pad; high = max + pad;
+      } else {
+        const pad = (max - min) * 0.06;
+        low = min >= 0 && min - pad < 0 ? 0 : min - pad;
+        high = max + pad;
+      }
+      if (floor !== null) low = Math.min(low, floor);
+      if (ceiling !== null) high = Math.max(Math.min(high, ceiling * 1.02), ceiling);
+      return [low, high];
     };
   }
 
