@@ -26,7 +26,7 @@ from mxc.errors import UserError
 from mxc.report import collect, vendor
 from mxc.report.outcome import outcome
 from mxc.report.page import embed_json, render
-from mxc.report.plots import MAX_POINTS, align, step_panels, thin
+from mxc.report.plots import MAX_POINTS, align, step_panels, thin, time_panels
 from mxc.runtime import runs
 from mxc.runtime.triage import classify
 from tests import report_runs
@@ -116,6 +116,30 @@ def test_step_panels_mark_restarts_divergence_and_keep_compile_steps_off_the_axi
     steady = [y for x, y in time.series[0].points if x >= 2]
     assert time.clip_top is not None and max(steady) < time.clip_top < 412.0  # step 1 took 412 ms
     assert "Steps 0-1 compile (run 1: 0.10 s, 0.41 s" in time.note
+
+
+def test_time_panels_have_host_and_per_gpu_series_with_training_shaded(three: Path) -> None:
+    [data] = collect(_found(three, report_runs.BASE), three / "bundles", with_tsdb=False).runs
+    data.host = {"cpu": [(0.0, 50.0), (10.0, 99.5)], "memory": [(0.0, 1.5), (10.0, 2.0)]}
+    data.gpu = {"GPU utilization (%)": {"0": [(0.0, 90.0)], "1": [(0.0, 80.0)]}}
+    data.training_spans, data.restarts_at_time = [(2.0, 8.0)], [5.0]
+    panels = {p.id: p for p in time_panels([data])}
+    assert list(panels) == ["host_cpu", "host_memory", "gpu_utilization"]  # no GPU memory series: no panel
+    gpu = panels["gpu_utilization"]
+    assert [(s.label, s.dash) for s in gpu.series] == [("run 1 gpu 0", False), ("run 1 gpu 1", True)]
+    assert gpu.y_span == (0.0, 100.0) and panels["host_memory"].y_span == (0.0, None)  # 99.5% is not "100% x 0.5"
+    assert panels["host_cpu"].bands == [{"from": 2.0, "to": 8.0, "run": 0}] and "Shaded" in panels["host_cpu"].note
+    assert [m["x"] for m in panels["host_cpu"].markers] == [5.0]
+
+
+def test_a_million_steps_reach_the_page_as_a_few_thousand_points(three: Path) -> None:
+    [data] = collect(_found(three, report_runs.BASE), three / "bundles", with_tsdb=False).runs
+    data.steps = list(range(1_000_000))
+    data.values = {key: [6.0 - s * 1e-6 for s in data.steps] for key in data.values}
+    loss = step_panels([data], [])[0]
+    payload = loss.payload()
+    assert len(payload["data"][0]) == MAX_POINTS and "1,000,000 steps, thinned (run 1: means of 250 steps)" in loss.note
+    assert len(json.dumps(payload)) < 200_000
 
 
 def test_embedded_json_cannot_close_its_script_block() -> None:
