@@ -1,5 +1,5 @@
 """The picture for ``mxc compare -o``: in ``mxc report`` form (its colours, header lines and step
-panels, mxc/report.py), plus what only a comparison has: the loss difference per step and the
+panels, mxc/report/png.py), plus what only a comparison has: the loss difference per step and the
 first step where the losses diverge (a dotted line on every step panel).
 """
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from mxc.fsutil import write_atomic
-from mxc.report import COLORS, LOSS, STEP_TIME, TOKENS, RunData, _clip_compile_steps, _fmt, finish_png
+from mxc.report.data import LOSS, STEP_TIME, TOKENS, RunData
+from mxc.report.png import COLORS, clip_compile_steps, finish_png, fmt
 
 
 def render_png(a: RunData, b: RunData, comparison: Any) -> bytes:
@@ -29,8 +30,8 @@ def render_png(a: RunData, b: RunData, comparison: Any) -> bytes:
     fig.text(0.01, 1 - 0.28 / height, title, fontsize=12, fontweight="bold", ha="left", va="top")
     for i, r in enumerate(runs):
         s = r.summary()
-        line = (f"\u25cf {r.run.run_id}  {s['status']}, {s['steps']} steps, final loss {_fmt(s['final_loss'], '', 6)}, "
-                f"median step {_fmt((s['median_step_seconds'] or 0) * 1000, ' ms', 3)}")
+        line = (f"\u25cf {r.run.run_id}  {s['status']}, {s['steps']} steps, final loss {fmt(s['final_loss'], '', 6)}, "
+                f"median step {fmt((s['median_step_seconds'] or 0) * 1000, ' ms', 3)}")
         fig.text(0.01, 1 - (0.62 + 0.24 * i) / height, line, color=COLORS[i], fontsize=9, ha="left", va="top",
                  family="monospace")
     ratio = comparison.step_time_ratio
@@ -61,7 +62,7 @@ def render_png(a: RunData, b: RunData, comparison: Any) -> bytes:
     if first is not None:
         for ax in (ax_loss, ax_diff, ax_time, ax_tok):
             ax.axvline(first, color="#555555", linestyle=":", linewidth=1)
-    _clip_compile_steps(ax_time, runs)
+    clip_compile_steps(ax_time, runs)
     ax_loss.set(title="Training loss", xlabel="step", ylabel="loss")
     ax_diff.set(title="|loss a - loss b| (dotted: first diverging step)", xlabel="step", ylabel="absolute difference")
     ax_time.set(title="Step time (steps 0-1 compile; clipped)", xlabel="step", ylabel="ms per step")

@@ -7,8 +7,10 @@ process of the run has exited, through the CLI (`mxc metrics`, `mxc report`, `mx
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,6 +26,7 @@ import pytest
 
 from mxc.runtime import scratch
 from mxc.runtime.procfs import ProcessId, pid_alive, session_processes
+from tests.browser import open_page, screenshot
 from tests.conftest import REPO, Home
 from tests.gates import PauseGate
 from tests.processes import run_processes, trainer_pids
@@ -165,14 +168,25 @@ def test_report_renders_one_run_and_two_side_by_side(home: Home, run: Path, tmp_
     try:
         page = tmp_path / "compare.html"
         summary = home.json("report", run.name, twin.name, "-o", str(page))
-        text = page.read_text()
-        assert "data:image/png;base64," in text and run.name in text and twin.name in text
         first, second = summary["runs"]
         assert first["final_loss"] == merged_losses(run)[STEPS - 1] and first["restarts"] == 1
         assert first["steps"] == second["steps"] == STEPS
+        assert first["outcome"]["headline"] == "run succeeded after 1 failed attempt(s)"
+        [comparison] = summary["comparisons"]
+        assert comparison["losses"]["first_diverging_exact"] is None and comparison["spec_changes"] == []
+        opened = open_page(page)  # headless Chromium: the inlined uPlot draws every panel, with no error
+        assert opened.console == [] and opened.attribute("data-mxc-errors") is None
+        drawn = re.findall(r'id="panel-(\w+)"[^>]*data-state="drawn"', opened.dom)
+        assert drawn == ["loss", "step_time", "throughput", "learning_rate", "host_cpu", "host_memory"]
+        assert opened.attribute("data-mxc-rendered") == str(len(drawn)) and opened.dom.count("<canvas") == len(drawn)
+        text = html.unescape(re.sub(r"<[^>]+>", " ", opened.dom))
+        assert "losses bit-identical at every common step" in text and "Spec: identical" in text
+        assert "Shaded: while training ran." in text  # the attempts, from the run's events, on the host panels
         if os.environ.get("MXC_REPORT_COPY"):  # to look at the pictures: MXC_REPORT_COPY=/some/dir
             keep = Path(os.environ["MXC_REPORT_COPY"])
             shutil.copy(png, keep / "report.png")
+            shutil.copy(page, keep / "compare.html")
+            screenshot(page, keep / "compare-html.png", size=(1400, 2600))
             assert home.cli("report", run.name, twin.name, "-o", str(keep / "compare.png")).returncode == 0
     finally:
         shutil.rmtree(twin)

@@ -37,7 +37,7 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc cancel RUN-ID             stop a run (Slurm: scancel, no requeue); a lost run: end what is left
   mxc watch [RUN-ID] [--once]   keep Slurm runs' records current: state, alerts, resubmission
   mxc metrics RUN [--query Q]   a run's Prometheus TSDB, live or long after (observability on)
-  mxc report RUN [RUN2]         PNG/HTML plots: loss, step time, throughput, host/GPU
+  mxc report RUN [RUN2...]      one HTML file: interactive plots, verdicts, spec diff, drift
   mxc dashboard RUN             Prometheus + TensorBoard on a run's data (127.0.0.1)
   mxc triage [RUN-ID]           why a run failed: cause, first failing rank and node, what to try
   mxc compare RUN-A RUN-B       spec diff, environment drift, first diverging step, step-time ratio

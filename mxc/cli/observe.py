@@ -16,6 +16,7 @@ from mxc.cli.common import add_command, add_json, print_json, store, table
 
 # Labels every series of one run shares; shown only where they tell series apart (several nodes).
 CONTEXT_LABELS = ("instance", "job", "run", "node")
+MAX_REPORT_RUNS = 8  # mxc.report.MAX_RUNS (not imported: --help stays light)
 
 
 def register(sub: Any) -> None:
@@ -28,10 +29,14 @@ def register(sub: Any) -> None:
     p.add_argument("--all", action="store_true", help="every series (Ray's too), not only mxc_*")
     add_json(p)
 
-    p = add_command(sub, "report", "plot loss, step time, throughput, host/GPU of one run, or two side by side",
-                    "mxc report 20260101-120000 -o report.html\nmxc report RUN_A RUN_B -o compare.png", _report)
-    p.add_argument("refs", nargs="*", metavar="RUN", help="one or two run ids or prefixes (default: the latest run)")
-    p.add_argument("-o", "--output", type=Path, help="report.html (PNG embedded) or a .png (default: report-<run>.html)")
+    p = add_command(sub, "report", "one HTML file about one run or several side by side: loss, step time, throughput, "
+                    "host/GPU with zoom, hover, smoothing and log scale; triage verdicts, spec diff, environment drift",
+                    "mxc report 20260101-120000 -o report.html\nmxc report RUN_A RUN_B RUN_C -o sweep.html\n"
+                    "mxc report RUN -o report.png   # the static picture, to paste", _report)
+    p.add_argument("refs", nargs="*", metavar="RUN",
+                   help=f"run ids or prefixes, at most {MAX_REPORT_RUNS}; the first is the reference (default: the latest run)")
+    p.add_argument("-o", "--output", type=Path, help="report.html (self-contained, no network needed) or a .png "
+                   "(default: report-<run>.html)")
     p.add_argument("--no-tsdb", action="store_true", help="only the per-step curves from metrics.jsonl")
     add_json(p)
 
@@ -131,21 +136,26 @@ def _print_head(head: dict[str, Any]) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from mxc.errors import UserError
-    from mxc.report import gather, write_report
 
     refs = args.refs or [None]
-    if len(refs) > 2:
-        raise UserError("mxc report compares at most two runs", "mxc report RUN_A RUN_B")
+    if len(refs) > MAX_REPORT_RUNS:
+        raise UserError(f"mxc report shows at most {MAX_REPORT_RUNS} runs, not {len(refs)}", "mxc report RUN_A RUN_B ...")
     found = [_find(ref) for ref in refs]
-    data = [gather(run, record, with_tsdb=not args.no_tsdb) for run, record in found]
-    if not any(d.steps for d in data):
-        raise UserError("no per-step metrics in " + ", ".join(d.run.run_id for d in data) + " (metrics.jsonl is empty)")
+    paths = [run.path for run, _ in found]
+    if len(set(paths)) < len(paths):
+        raise UserError("a run is named twice: " + ", ".join(sorted({p.name for p in paths if paths.count(p) > 1})))
     output = args.output or Path(f"report-{found[0][0].run_id}.html")
     if output.suffix.lower() not in (".html", ".htm", ".png"):
         raise UserError(f"{output}: the report is .html or .png")
-    write_report(data, output)
+    from mxc.report import collect, write_report
+
+    report = collect(found, store().bundles, with_tsdb=not args.no_tsdb)
+    if output.suffix.lower() == ".png" and not any(d.steps for d in report.runs):
+        raise UserError("no per-step metrics in " + ", ".join(d.run.run_id for d in report.runs) + " to draw",
+                        f"the HTML report says what happened: mxc report {found[0][0].run_id} -o report.html")
+    write_report(report, output)
     if args.json:
-        print_json({"output": str(output), "runs": [d.summary() for d in data]})
+        print_json(report.as_dict(output))
     else:
         print(f"mxc: report written: {output}")
     return 0

@@ -174,7 +174,7 @@ def _compare(args: argparse.Namespace) -> int:
         if out.suffix.lower() != ".png":
             raise UserError(f"{out}: the plot is a PNG file; name it *.png")
         from mxc.compare_plot import write_png
-        from mxc.report import gather
+        from mxc.report.data import gather
 
         picture = write_png(gather(run_a, rec_a, with_tsdb=False), gather(run_b, rec_b, with_tsdb=False), result, out)
     if args.json:

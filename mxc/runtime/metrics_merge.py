@@ -49,7 +49,7 @@ def read_lines(path: Path) -> list[tuple[int, str, dict[str, Any]]]:
         try:
             data = loads(raw)
             step = int(data["step"])
-        except (ValueError, KeyError, TypeError, OverflowError):
+        except (ValueError, KeyError, TypeError, OverflowError):  # OverflowError: "step": 1e999 (inf)
             continue
         out.append((step, raw, data))
     return out

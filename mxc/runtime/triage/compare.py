@@ -40,15 +40,25 @@ class Series:
         if not path.is_file():
             return out
         for step, _, data in read_lines(path):
-            if isinstance(data.get(LOSS_KEY), (int, float)):
-                out.loss[step] = float(data[LOSS_KEY])
-            if isinstance(data.get(STEP_TIME_KEY), (int, float)):
-                out.step_time[step] = float(data[STEP_TIME_KEY])
+            if (loss := _number(data.get(LOSS_KEY))) is not None:
+                out.loss[step] = loss
+            if (seconds := _number(data.get(STEP_TIME_KEY))) is not None:
+                out.step_time[step] = seconds
         return out
 
     def median_step_time(self) -> float | None:
         times = [t for s, t in self.step_time.items() if s >= WARMUP_STEPS and math.isfinite(t)]
         return statistics.median(times) if times else None
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number as a float; None for anything else, and for an integer beyond any float."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def same(a: float, b: float, rtol: float = 0.0, atol: float = 0.0) -> bool:

@@ -25,6 +25,7 @@ CRASH_NOTE = re.compile(r"^crash\.rank-(\d+)\.attempt-(\d+)\.txt$")
 NATIVE = re.compile(r"^native\.rank-(\d+)\.attempt-(\d+)\.txt$")
 KERNEL_LOG = re.compile(r"^kernel\.(\d+)\.log$")
 GDB_FRAME = re.compile(r"^#\d+\s+")
+INTEGER = re.compile(r"-?[0-9]{1,9}")  # a field of stages.tsv; str.isdigit() also accepts "²", which int() refuses
 HANG_MIN_SECONDS = 20.0  # a stage timeout counts as a hang when no step came for this long (and 50 steps' time)
 
 
@@ -111,9 +112,10 @@ def rank_files(root: Path, scanner: Scanner, facts: Facts, labelled: bool) -> No
             stages = []
         for number, row in enumerate(stages, 1):
             parts = row.split("\t")
-            if len(parts) < 4 or not parts[1].lstrip("-").isdigit():
+            if len(parts) < 4 or not INTEGER.fullmatch(parts[1]):
                 continue
-            name, rc, seconds, attempt = parts[0], int(parts[1]), parts[2], int(parts[3]) if parts[3].isdigit() else 0
+            name, rc, seconds = parts[0], int(parts[1]), parts[2]
+            attempt = int(parts[3]) if INTEGER.fullmatch(parts[3]) and not parts[3].startswith("-") else 0
             if rc == 0:
                 continue
             exit_event = facts.exits.get((attempt, rank), {})
@@ -265,7 +267,7 @@ def metrics_facts(root: Path, scanner: Scanner, facts: Facts, attempt: int) -> N
             data = loads(line.decode("utf-8", "replace"))
             loss = float(data["learning/loss"])
             step = int(data["step"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):  # OverflowError: an int beyond any float, inf
             continue
         facts.steps += 1
         if not math.isfinite(loss) and facts.nan_step is None:

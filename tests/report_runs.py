@@ -1,0 +1,87 @@
+"""Run directories for report tests, made from the real runs saved as triage fixtures.
+
+``succeeded_after_kill`` is a real 30-step tiny training that was SIGKILLed and resumed from its
+step-10 checkpoint (its metrics were trimmed to steps 0-2 and 27-29: the steps between are filled
+in here, on the line between them); ``config_error`` a real run that MaxText refused before its
+first step. A second succeeded run is derived from the first: another learning rate in its spec,
+another jax in its environment, and losses that leave the first run's from ``DIVERGES_AT``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+FIXTURES = Path(__file__).parent / "fixtures" / "triage"
+DIVERGES_AT = 12
+BASE = "20261123-101240-5e8d-dcc0e846"  # the run id in the fixture's record
+OTHER = "20261123-111240-5e8d-0be2ace1"
+FAILED = "20261123-100533-2df4-160a04c7"
+
+
+def _spec(home: Path, bundle: str, spec: dict[str, Any]) -> None:
+    directory = home / "bundles" / bundle
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "spec.json").write_text(json.dumps(spec))
+
+
+def _record(run: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run / "record.json").read_text())
+    return data
+
+
+def _fill_steps(run: Path) -> None:
+    """Every step 0-29: the kept rows, and between steps 2 and 27 rows on the line between them."""
+    rows = {int(r["step"]): r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+    low, high = rows[2], rows[27]
+    for step in range(3, 27):
+        f = (step - 2) / 25
+        rows[step] = {**low, "step": float(step), **{k: low[k] + f * (high[k] - low[k]) for k in low
+                                                     if k.startswith(("learning/", "perf/"))}}
+    (run / "metrics.jsonl").write_text("".join(json.dumps(rows[s]) + "\n" for s in sorted(rows)))
+
+
+def base_run(home: Path) -> Path:
+    run = home / "runs" / BASE
+    shutil.copytree(FIXTURES / "succeeded_after_kill", run)
+    _fill_steps(run)
+    spec = {"name": "triage-probe", "model": {"overrides": {"learning_rate": 1e-4, "steps": 30}}}
+    _spec(home, _record(run)["bundle"], spec)
+    return run
+
+
+def other_run(home: Path, spec_note: str = "") -> Path:
+    """Like the base run, with learning_rate 2e-4, jax 0.12.1, and losses that diverge."""
+    run = home / "runs" / OTHER
+    shutil.copytree(FIXTURES / "succeeded_after_kill", run)
+    _fill_steps(run)
+    record = _record(run)
+    record["run_id"] = OTHER
+    record["bundle"] = "0be2ace1" + record["bundle"][8:]
+    record["host"]["python"]["packages"]["jax"] = "0.12.1"
+    (run / "record.json").write_text(json.dumps(record))
+    spec = {"name": "triage-probe", "model": {"overrides": {"learning_rate": 2e-4, "steps": 30}}, "note": spec_note}
+    _spec(home, record["bundle"], spec)
+    lines = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["step"] >= DIVERGES_AT:
+            row["learning/loss"] *= 1 - 0.004 * (row["step"] - DIVERGES_AT + 1)
+            row["perf/step_time_seconds"] *= 1.25
+        lines.append(json.dumps(row))
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def failed_run(home: Path) -> Path:
+    """A real run that failed before its first step: MaxText refused an unknown override."""
+    run = home / "runs" / FAILED
+    shutil.copytree(FIXTURES / "config_error", run)
+    _spec(home, _record(run)["bundle"], {"name": "triage-probe", "model": {"overrides": {"foo_bar": 1}}})
+    return run
+
+
+def record_jax(run: Path) -> str:
+    return str(_record(run)["host"]["python"]["packages"]["jax"])
