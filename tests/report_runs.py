@@ -14,6 +14,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mxc.compiler.manifest import MANIFEST, build_manifest, bundle_hash
+from mxc.store import Store
+
 FIXTURES = Path(__file__).parent / "fixtures" / "triage"
 DIVERGES_AT = 12
 BASE = "20261123-101240-5e8d-dcc0e846"  # the run id in the fixture's record
@@ -21,10 +24,16 @@ OTHER = "20261123-111240-5e8d-0be2ace1"
 FAILED = "20261123-100533-2df4-160a04c7"
 
 
-def _spec(home: Path, bundle: str, spec: dict[str, Any]) -> None:
-    directory = home / "bundles" / bundle
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "spec.json").write_text(json.dumps(spec))
+def _spec(home: Path, run: Path, spec: dict[str, Any]) -> None:
+    """Store a real hash-addressed bundle holding ``spec`` (reports and compare read only verified
+    specs) and make the run's record name it."""
+    files = {"spec.json": json.dumps(spec)}
+    manifest = build_manifest(files, "test")
+    bundle = bundle_hash(manifest)
+    Store(home).put({**files, MANIFEST: manifest}, bundle)
+    record = _record(run)
+    record["bundle"] = bundle
+    (run / "record.json").write_text(json.dumps(record))
 
 
 def _record(run: Path) -> dict[str, Any]:
@@ -48,7 +57,7 @@ def base_run(home: Path) -> Path:
     shutil.copytree(FIXTURES / "succeeded_after_kill", run)
     _fill_steps(run)
     spec = {"name": "triage-probe", "model": {"overrides": {"learning_rate": 1e-4, "steps": 30}}}
-    _spec(home, _record(run)["bundle"], spec)
+    _spec(home, run, spec)
     return run
 
 
@@ -59,11 +68,10 @@ def other_run(home: Path, spec_note: str = "") -> Path:
     _fill_steps(run)
     record = _record(run)
     record["run_id"] = OTHER
-    record["bundle"] = "0be2ace1" + record["bundle"][8:]
     record["host"]["python"]["packages"]["jax"] = "0.12.1"
     (run / "record.json").write_text(json.dumps(record))
     spec = {"name": "triage-probe", "model": {"overrides": {"learning_rate": 2e-4, "steps": 30}}, "note": spec_note}
-    _spec(home, record["bundle"], spec)
+    _spec(home, run, spec)
     lines = []
     for line in (run / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
@@ -79,7 +87,7 @@ def failed_run(home: Path) -> Path:
     """A real run that failed before its first step: MaxText refused an unknown override."""
     run = home / "runs" / FAILED
     shutil.copytree(FIXTURES / "config_error", run)
-    _spec(home, _record(run)["bundle"], {"name": "triage-probe", "model": {"overrides": {"foo_bar": 1}}})
+    _spec(home, run, {"name": "triage-probe", "model": {"overrides": {"foo_bar": 1}}})
     return run
 
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from mxc.fsutil import read_jsonl
+from mxc.fsutil import read_jsonl, read_text
 from mxc.runtime.record import FINISHED, RunRecord
 from mxc.runtime.rundir import RunDir
 
@@ -107,8 +107,8 @@ def read_stages(run: RunDir) -> tuple[list[Stage], dict[tuple[int, int], str]]:
                 attempt = event.get("attempt")
                 exits[(attempt if isinstance(attempt, int) else 0, rank)] = event["stage"]
         try:
-            rows = (rank_dir / "stages.tsv").read_text("utf-8", errors="replace").splitlines()
-        except OSError:
+            rows = read_text(rank_dir / "stages.tsv").splitlines()  # bounded, regular files only
+        except (OSError, ValueError):
             rows = []
         for row in rows[:MAX_STAGE_ROWS]:
             if m := STAGE_ROW.match(row):
