@@ -120,7 +120,7 @@ def hostile_home(mxc_home: Path) -> tuple[Path, str, dict[str, RunDir]]:
 
 @pytest.mark.timeout(300)
 def test_every_reader_survives_every_hostile_run_directory(hostile_home: tuple[Path, str, dict[str, RunDir]]) -> None:
-    from mxc.report import gather
+    from mxc.report.data import gather
     from mxc.runtime import runs as runs_mod
     from mxc.runtime.metrics_merge import write_merged
     from mxc.runtime.triage import classify

@@ -98,7 +98,7 @@ def test_def_round_trips_through_spython(directory: Path, tmp_path: Path) -> Non
     spython 0.3.14's writer always writes ``Bootstrap: docker`` and drops ``%setup``, and its
     parser returns files/labels as strings one way and pairs the other (the normalisation here).
     """
-    from spython.main.parse.writers import SingularityWriter
+    from spython.main.parse.writers import SingularityWriter  # type: ignore[import-untyped]
 
     from mxc.images.recipes import _def_parser
 

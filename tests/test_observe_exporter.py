@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,6 +24,9 @@ from mxc.runtime.observe.tsdb import last_values, open_tsdb, range_series
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
 from tests.conftest import REPO, Mxc
+
+# The exporter under test, its ready-file contents and its log.
+Exporter = tuple[subprocess.Popen[bytes], dict[str, Any], Path]
 
 RAISING_PLUGIN = '''
 from prometheus_client.core import GaugeMetricFamily
@@ -59,11 +63,12 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
-def wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> dict:
+def wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists():
-            return json.loads(path.read_text())
+            data: dict[str, Any] = json.loads(path.read_text())
+            return data
         assert proc.poll() is None, f"exporter exited {proc.returncode}"
         time.sleep(0.05)
     raise AssertionError(f"no {path}")
@@ -80,7 +85,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def exporter(tmp_path: Path, run_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict, Path]]:
+def exporter(tmp_path: Path, run_dir: Path) -> Iterator[Exporter]:
     """An exporter whose configured first port is taken: it must move on to the next free one."""
     plugins = tmp_path / "plugins"
     plugins.mkdir()
@@ -108,7 +113,7 @@ def exporter(tmp_path: Path, run_dir: Path) -> Iterator[tuple[subprocess.Popen[b
         log.close()
 
 
-def test_a_raising_plugin_is_disabled_and_the_others_keep_serving(exporter: tuple) -> None:
+def test_a_raising_plugin_is_disabled_and_the_others_keep_serving(exporter: Exporter) -> None:
     proc, info, log = exporter
     assert info["plugins"]["raising"]["status"] == "up"
     assert info["plugins"]["gpu"]["status"] == "unavailable"  # no GPU here: a reason, not an error
@@ -129,7 +134,7 @@ def test_a_raising_plugin_is_disabled_and_the_others_keep_serving(exporter: tupl
     assert proc.wait(10) == 0
 
 
-def test_exporter_reads_new_steps_on_each_scrape(exporter: tuple, run_dir: Path) -> None:
+def test_exporter_reads_new_steps_on_each_scrape(exporter: Exporter, run_dir: Path) -> None:
     _, info, _ = exporter
     assert scrape(info["port"])["mxc_train_step_total{rank=0}"] == 5
     with open(run_dir / "metrics/attempt-0.rank-0.jsonl", "a") as fh:
@@ -166,7 +171,7 @@ def tree_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def test_tsdb_answers_after_every_process_exited(exporter: tuple, run_dir: Path) -> None:
+def test_tsdb_answers_after_every_process_exited(exporter: Exporter, run_dir: Path) -> None:
     """Prometheus scrapes the exporter into the run's TSDB; both stop; a reopened copy answers
     with history (query_range / last_over_time), and the run's TSDB is left untouched."""
     proc, info, _ = exporter
@@ -218,6 +223,7 @@ from mxc.runtime.observe.observer import Observability
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.record import now_iso
+
 
 run = RunDir(Path(sys.argv[1]))
 run.path.mkdir(parents=True)

@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -32,7 +33,7 @@ def samples(collector: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
     return out
 
 
-def value(found: dict, metric: str, **labels: str) -> float:
+def value(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: str, **labels: str) -> float:
     return found[(metric, tuple(sorted(labels.items())))]
 
 
@@ -183,7 +184,7 @@ def test_jsonl_tail_cost_is_the_new_data_not_the_file(tmp_path: Path) -> None:
 
 def write_events(logdir: Path, steps: range, offset: float = 0.0) -> Path:
     """Real TensorBoard event files, written by tensorboardX like MaxText does."""
-    from tensorboardX import SummaryWriter
+    from tensorboardX import SummaryWriter  # type: ignore[import-untyped]
 
     writer = SummaryWriter(str(logdir))
     for step in steps:
@@ -265,7 +266,7 @@ class Good:
     def __init__(self) -> None:
         self.calls = 0
 
-    def collect(self) -> list:
+    def collect(self) -> list[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
         self.calls += 1
@@ -278,7 +279,7 @@ class Flaky:
     def __init__(self) -> None:
         self.calls = 0
 
-    def collect(self) -> list:
+    def collect(self) -> list[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
         self.calls += 1

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from mxc.runtime.procfs import pid_alive, session_processes
 
 
 @pytest.fixture(scope="module")
-def launcher(tmp_path_factory: pytest.TempPathFactory) -> RayLauncher:
+def launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayLauncher]:
     run = tmp_path_factory.mktemp("ray-run")
     launcher = RayLauncher()
     launcher.prepare(run)

@@ -24,7 +24,7 @@ from mxc.runtime.metrics_merge import merge, write_merged
 from mxc.runtime.provenance.hostfacts import collect, compare
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.trainlog import LogFollower, parse_step
-from tests.conftest import REPO, store_snapshot
+from tests.conftest import REPO, Mxc, store_snapshot
 
 TINY = str(REPO / "specs/tiny.yaml")
 
@@ -51,12 +51,12 @@ def fake_run(home: Path, run_id: str, bundle: str, **fields: object) -> Path:
 # ---- bad input: one line, exit 2, nothing written
 
 
-def test_run_without_any_build(mxc, mxc_home: Path) -> None:
+def test_run_without_any_build(mxc: Mxc, mxc_home: Path) -> None:
     one_line_error(mxc("run"), "no bundle has been built yet", "mxc build specs/tiny.yaml")
     assert store_snapshot(mxc_home) == []
 
 
-def test_run_unknown_bundle(mxc, mxc_home: Path) -> None:
+def test_run_unknown_bundle(mxc: Mxc, mxc_home: Path) -> None:
     assert mxc("build", TINY, "-q").returncode == 0
     before = store_snapshot(mxc_home)
     one_line_error(mxc("run", "ffffff"), "no bundle matches 'ffffff'")
@@ -64,7 +64,7 @@ def test_run_unknown_bundle(mxc, mxc_home: Path) -> None:
     assert store_snapshot(mxc_home) == before
 
 
-def test_run_refuses_set_because_bundles_are_immutable(mxc, mxc_home: Path) -> None:
+def test_run_refuses_set_because_bundles_are_immutable(mxc: Mxc, mxc_home: Path) -> None:
     digest = mxc("build", TINY, "-q").stdout.strip()
     before = store_snapshot(mxc_home)
     out = mxc("run", digest[:6], "--set", "model.overrides.steps=5")
@@ -72,7 +72,7 @@ def test_run_refuses_set_because_bundles_are_immutable(mxc, mxc_home: Path) -> N
     assert store_snapshot(mxc_home) == before
 
 
-def test_unknown_and_ambiguous_run_ids(mxc, mxc_home: Path) -> None:
+def test_unknown_and_ambiguous_run_ids(mxc: Mxc, mxc_home: Path) -> None:
     digest = mxc("build", TINY, "-q").stdout.strip()
     fake_run(mxc_home, "20990101-000000-aaaa-" + digest[:8], digest)
     fake_run(mxc_home, "20990101-000001-bbbb-" + digest[:8], digest)
@@ -88,7 +88,7 @@ def test_unknown_and_ambiguous_run_ids(mxc, mxc_home: Path) -> None:
     assert mxc("logs").stdout == f"log of 20990101-000001-bbbb-{digest[:8]}\n"
 
 
-def test_rerun_of_a_run_whose_bundle_is_gone(mxc, mxc_home: Path) -> None:
+def test_rerun_of_a_run_whose_bundle_is_gone(mxc: Mxc, mxc_home: Path) -> None:
     gone = "ab" * 32
     fake_run(mxc_home, "20990101-000000-aaaa-abababab", gone)
     before = store_snapshot(mxc_home)
@@ -96,7 +96,7 @@ def test_rerun_of_a_run_whose_bundle_is_gone(mxc, mxc_home: Path) -> None:
     assert store_snapshot(mxc_home) == before
 
 
-def test_damaged_bundle_is_not_run(mxc, mxc_home: Path) -> None:
+def test_damaged_bundle_is_not_run(mxc: Mxc, mxc_home: Path) -> None:
     digest = mxc("build", TINY, "-q").stdout.strip()
     env_sh = mxc_home / "bundles" / digest / "env.sh"
     env_sh.chmod(0o644)
@@ -105,7 +105,7 @@ def test_damaged_bundle_is_not_run(mxc, mxc_home: Path) -> None:
     assert not (mxc_home / "runs").exists()
 
 
-def test_local_run_of_a_multi_node_bundle_is_refused(mxc, mxc_home: Path) -> None:
+def test_local_run_of_a_multi_node_bundle_is_refused(mxc: Mxc, mxc_home: Path) -> None:
     out = mxc("build", TINY, "-q", "--set", "runtime.backend=slurm", "--set", "resources.nodes=2")
     assert out.returncode == 0, out.stderr
     one_line_error(mxc("run", "--local", "--dry-run"), "asks for 2 nodes; the local backend runs one")
@@ -114,7 +114,7 @@ def test_local_run_of_a_multi_node_bundle_is_refused(mxc, mxc_home: Path) -> Non
 # ---- drift before a rerun
 
 
-def test_rerun_warns_on_drift_and_strict_refuses(mxc, mxc_home: Path) -> None:
+def test_rerun_warns_on_drift_and_strict_refuses(mxc: Mxc, mxc_home: Path) -> None:
     digest = mxc("build", TINY, "-q").stdout.strip()
     host = collect(sys.executable)
     host["python"]["packages"]["jax"] = "0.0.1"
@@ -159,7 +159,7 @@ def test_compare_flags_versions_hardware_and_code_but_not_paths() -> None:
 # ---- runs listing
 
 
-def test_runs_lists_and_marks_lost_runs(mxc, mxc_home: Path) -> None:
+def test_runs_lists_and_marks_lost_runs(mxc: Mxc, mxc_home: Path) -> None:
     digest = mxc("build", TINY, "-q").stdout.strip()
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -327,6 +327,6 @@ def test_launcher_kills_stragglers_when_the_leader_exits(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("command", ["run", "rerun", "runs", "logs"])
-def test_help_has_an_example(mxc, command: str) -> None:
+def test_help_has_an_example(mxc: Mxc, command: str) -> None:
     out = mxc(command, "--help")
     assert out.returncode == 0 and "example:\n  mxc " in out.stdout

@@ -14,10 +14,14 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import REPO, store_snapshot
+if TYPE_CHECKING:
+    import git
+
+from tests.conftest import REPO, Mxc, store_snapshot
 
 FAKE_TRAIN = '''\
 """Stand-in for maxtext.trainers.pre_train.train: same argv and files, no JAX."""
@@ -52,7 +56,10 @@ if __name__ == "__main__":
 '''
 
 
-def _commit(repo, root: Path, version: str, message: str) -> str:
+CodeRepo = tuple[Path, str, str]  # checkout, pinned commit v1, HEAD v2
+
+
+def _commit(repo: git.Repo, root: Path, version: str, message: str) -> str:
     import git
 
     train = root / "src/maxtext/trainers/pre_train/train.py"
@@ -63,7 +70,7 @@ def _commit(repo, root: Path, version: str, message: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def code_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+def code_repo(tmp_path_factory: pytest.TempPathFactory) -> CodeRepo:
     """A repo whose commit v1 is pinned, HEAD is v2, and whose working tree is dirty."""
     import git
 
@@ -97,10 +104,10 @@ def _spec(tmp: Path, repo: Path, commit: str, name: str = "pinned", env: dict[st
     return path
 
 
-def _build(mxc, spec: Path) -> str:
+def _build(mxc: Mxc, spec: Path) -> str:
     out = mxc("build", str(spec), "-q")
     assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
+    return str(out.stdout).strip()
 
 
 def _only_run(home: Path) -> Path:
@@ -109,7 +116,7 @@ def _only_run(home: Path) -> Path:
     return runs[0]
 
 
-def test_run_uses_the_pinned_commit_not_the_working_tree(mxc, mxc_home: Path, tmp_path: Path, code_repo) -> None:
+def test_run_uses_the_pinned_commit_not_the_working_tree(mxc: Mxc, mxc_home: Path, tmp_path: Path, code_repo: CodeRepo) -> None:
     repo, v1, _ = code_repo
     bundle = _build(mxc, _spec(tmp_path, repo, v1))
     out = mxc("run", bundle, "-q")
@@ -131,7 +138,7 @@ def test_run_uses_the_pinned_commit_not_the_working_tree(mxc, mxc_home: Path, tm
     assert json.loads((code_dir / ".mxc-code.json").read_text())["commit"] == v1
 
 
-def test_dirty_or_mismatching_checkout_is_refused(mxc, mxc_home: Path, tmp_path: Path, code_repo) -> None:
+def test_dirty_or_mismatching_checkout_is_refused(mxc: Mxc, mxc_home: Path, tmp_path: Path, code_repo: CodeRepo) -> None:
     repo, v1, v2 = code_repo
     bundle = _build(mxc, _spec(tmp_path, repo, v1))
     assert mxc("run", bundle, "-q").returncode == 0
@@ -159,7 +166,7 @@ def test_dirty_or_mismatching_checkout_is_refused(mxc, mxc_home: Path, tmp_path:
     assert store_snapshot(mxc_home) == before
 
 
-def test_commit_missing_from_repo_is_refused(mxc, mxc_home: Path, tmp_path: Path, code_repo) -> None:
+def test_commit_missing_from_repo_is_refused(mxc: Mxc, mxc_home: Path, tmp_path: Path, code_repo: CodeRepo) -> None:
     repo, _, _ = code_repo
     bundle = _build(mxc, _spec(tmp_path, repo, "0" * 40))
     before = store_snapshot(mxc_home)
@@ -169,8 +176,8 @@ def test_commit_missing_from_repo_is_refused(mxc, mxc_home: Path, tmp_path: Path
     assert store_snapshot(mxc_home) == before
 
 
-def test_failure_before_the_first_step_is_recorded_and_not_restarted(mxc, mxc_home: Path, tmp_path: Path,
-                                                                     code_repo) -> None:
+def test_failure_before_the_first_step_is_recorded_and_not_restarted(mxc: Mxc, mxc_home: Path, tmp_path: Path,
+                                                                     code_repo: CodeRepo) -> None:
     repo, v1, _ = code_repo
     bundle = _build(mxc, _spec(tmp_path, repo, v1, name="fails", env={"FAKE_FAIL_AT_START": "7"}, restarts=2))
     out = mxc("run", bundle, "-q")
@@ -181,7 +188,7 @@ def test_failure_before_the_first_step_is_recorded_and_not_restarted(mxc, mxc_ho
     assert "ValueError: fake config error" in record["message"]
 
 
-def test_restarts_stop_at_restart_max(mxc, mxc_home: Path, tmp_path: Path, code_repo) -> None:
+def test_restarts_stop_at_restart_max(mxc: Mxc, mxc_home: Path, tmp_path: Path, code_repo: CodeRepo) -> None:
     repo, v1, _ = code_repo
     bundle = _build(mxc, _spec(tmp_path, repo, v1, name="crashes", env={"FAKE_CRASH_AFTER": "1"}, restarts=2))
     out = mxc("run", bundle, "--json")
@@ -198,7 +205,7 @@ def test_restarts_stop_at_restart_max(mxc, mxc_home: Path, tmp_path: Path, code_
     assert steps == [0.0, 1.0]  # each attempt restarted at 0 and replaced the one before
 
 
-def test_dry_run_prints_the_command_and_writes_nothing(mxc, mxc_home: Path, tmp_path: Path, code_repo) -> None:
+def test_dry_run_prints_the_command_and_writes_nothing(mxc: Mxc, mxc_home: Path, tmp_path: Path, code_repo: CodeRepo) -> None:
     repo, v1, _ = code_repo
     bundle = _build(mxc, _spec(tmp_path, repo, v1))
     before = store_snapshot(mxc_home)
@@ -222,7 +229,7 @@ def test_help_never_imports_heavy_modules() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_readonly_export_can_be_removed_by_its_hint(mxc, mxc_home: Path, tmp_path: Path, code_repo) -> None:
+def test_readonly_export_can_be_removed_by_its_hint(mxc: Mxc, mxc_home: Path, tmp_path: Path, code_repo: CodeRepo) -> None:
     """The hint in the dirty-checkout error (rm -rf DIR) works despite the read-only export."""
     repo, v1, _ = code_repo
     bundle = _build(mxc, _spec(tmp_path, repo, v1))

@@ -9,8 +9,8 @@ import json
 import pathlib
 import typing
 
-from maxtext.configs import types  # type: ignore[import-not-found]
-from maxtext.version import __version__  # type: ignore[import-not-found]
+from maxtext.configs import types  # type: ignore[import-untyped]
+from maxtext.version import __version__  # type: ignore[import-untyped]
 
 names = sorted(typing.get_args(types.ModelName))
 out = pathlib.Path(__file__).resolve().parents[1] / "compiler" / "data" / "maxtext_models.json"
