@@ -61,7 +61,8 @@ def test_time_limit_without_a_checkpoint_is_not_requeued() -> None:
     assert decision.action == STOP
     assert decision.reason.startswith("time limit reached without a checkpoint (checkpointing: off); a requeue would start over")
     # Other requeue causes restart from the start when there is no checkpoint yet.
-    assert decide(situation(policy.HANG, checkpoint=None)).reason == "hang: restart 1 of at most 3, from the start (no checkpoint yet)"
+    no_checkpoint = decide(situation(policy.HANG, checkpoint=None))
+    assert no_checkpoint.reason == "hang: restart 1 of at most 3, from the start (no checkpoint yet)"
 
 
 def test_the_final_checkpoint_means_done_whatever_the_cause() -> None:

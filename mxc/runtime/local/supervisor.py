@@ -31,6 +31,7 @@ from types import FrameType
 from typing import Any
 
 from mxc.node import events, layout, outcome, policy
+from mxc.node.checkpoints import latest_checkpoint  # the one checkpoint scan (also the batch side's)
 from mxc.node.contract import Restart
 from mxc.runtime.hooks import Launcher, RunObserver, TrainingProcess
 from mxc.runtime.local.progress import ProgressBar
@@ -51,15 +52,6 @@ def signal_of(exit_code: int) -> str | None:
     if number and number in {s.value for s in FATAL_SIGNALS}:
         return signal.Signals(number).name
     return None
-
-
-def latest_checkpoint(checkpoints: Path) -> int | None:
-    """The newest finished MaxText (orbax) checkpoint step; unfinished saves have a suffix."""
-    try:
-        steps = [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and p.is_dir()]
-    except FileNotFoundError:
-        return None
-    return max(steps) if steps else None
 
 
 @dataclass
