@@ -39,6 +39,10 @@ _FINAL = {
 }
 
 
+# Causes a requeue can fix (the infrastructure failed, or the job was stopped before its end).
+REQUEUE_CAUSES = (NODE_FAILURE, PREEMPTION, TIME_LIMIT, HANG, INFRASTRUCTURE, KILLED)
+
+
 @dataclass(frozen=True)
 class Situation:
     """Everything the decision depends on."""

@@ -37,6 +37,7 @@ from .trainer import Result, StopRequest, Trainer
 
 KILLED_SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 OBSERVER_STOP_S = 30.0
+HANG_STACKS_WAIT_S = 150.0  # py-spy may take 2 x 60 s on a process that does not answer (stacks.PYSPY_TIMEOUT)
 
 
 class Stopped(Exception):
@@ -281,7 +282,8 @@ class Rank:
         finally:
             trainer.kill_all(None)  # whatever of it is left (helpers, a Ray actor's child)
             self._stop_observer(observer)
-        self.event(events.StageEnd, stage="train", rc=result.rc, seconds=round(time.monotonic() - started, 3),
+        self.event(events.StageEnd, stage="train", rc=124 if result.timed_out else result.rc,
+                   seconds=round(time.monotonic() - started, 3),
                    timed_out=result.timed_out, detail=None)
         if result.rc != 0 and result.hang is None:
             evidence.collect(result.rc, exe)
@@ -290,13 +292,17 @@ class Rank:
             h = result.hang
             self.event(events.HangDetected, phase=h.phase, idle_seconds=round(h.idle_seconds, 1), limit_s=h.limit_s,
                        detected_by=h.detected_by, pid=result.pid, stacks=h.stacks)
+            if self.nprocs > 1:  # the first rank to exit ends the step everywhere: let every rank dump its stacks first
+                barrier.wait(layout.barrier(self.run, self.attempt, "hang-stacks"), self.rank, self.node, self.nprocs,
+                             time.monotonic() + HANG_STACKS_WAIT_S)
         if result.rc == 0 and not result.stopped:
             self.log("training finished")
         elif result.stopped:
             self.log("training stopped on request")
         elif cause != policy.HANG and not result.timed_out:
             self.log(f"stage train failed (exit {result.rc})")
-        return self.exit("train", result.rc, cause, detail, result.timed_out, result.last_step)
+        rc = 124 if result.timed_out else result.rc  # as timeout(1) reports it
+        return self.exit("train", rc, cause, detail, result.timed_out, result.last_step)
 
     def _dump_stacks(self, pids: list[int], py_spy: str | None) -> list[tuple[str, str]]:
         pythons = [p for p in pids if stacks.is_python(p)]

@@ -218,6 +218,9 @@ def attempts(files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> l
             current.cause = event.cause  # type: ignore[attr-defined]
         elif isinstance(event, ev.Decision):
             decision = event
+            current.decision = {k: v for k, v in (  # type: ignore[attr-defined]
+                ("cause", event.cause), ("action", event.action), ("reason", event.reason), ("rank", event.rank),
+                ("node", event.node), ("detail", event.detail)) if v is not None}
             if event.cause != policy.COMPLETED:
                 current.requeue = _requeue_entry(event, None)  # type: ignore[attr-defined]
                 current.reason = _reason(current.requeue)  # type: ignore[attr-defined]
@@ -364,7 +367,7 @@ def apply(record: RunRecord, files: JobFiles, log: LogFacts, history: dict[str, 
         if start.partition:
             slurm["partition"] = start.partition
     requeues = [{"job_id": getattr(a, "job_id", None), "restart": a.number, **a.requeue}  # type: ignore[attr-defined]
-                for a in record.attempts if getattr(a, "requeue", None)]
+                for a in record.attempts if getattr(a, "requeue", {}).get("cause") in policy.REQUEUE_CAUSES]
     if requeues:
         slurm["requeues"] = requeues
     if files.problems:
@@ -380,13 +383,13 @@ def apply(record: RunRecord, files: JobFiles, log: LogFacts, history: dict[str, 
     record.slurm = slurm
     refused = [e for e in files.batch if isinstance(e, ev.Refused) and e.attempt == restart]
     last = record.attempts[-1] if record.attempts else None
-    decided = getattr(last, "requeue", None) if last is not None else None
+    decided: dict[str, Any] = getattr(last, "decision", None) or {}
     if refused:
         record.message = refused[-1].why
-    elif decided and decided.get("action") in ("refused", "none") and failure is not None:
-        record.message = f"{failure_message(failure, preflight)}; not requeued: {decided.get('why')}"
-    elif decided and decided.get("action") in ("refused", "none"):
-        record.message = last.reason if last is not None else None
+    elif decided.get("action") == policy.STOP and "rank" in decided and failure is not None:
+        record.message = f"{failure_message(failure, preflight)}; not requeued: {decided.get('reason')}"
+    elif decided.get("action") == policy.STOP and last is not None:
+        record.message = last.reason
     elif failure is not None:
         record.message = failure_message(failure, preflight)
 
