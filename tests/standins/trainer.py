@@ -6,7 +6,8 @@ What it does is chosen per attempt and rank by ``MXCTEST_TRAINER``: comma-separa
 * ``steps``: three completed-step lines (MaxText's format) and metrics lines, exit 0;
 * ``silent``: prints nothing and waits for ever, as a rank hung in NCCL/RCCL initialisation does;
 * ``nccl``: XLA's collective termination message (xla/service/rendezvous.cc) and its exit code 42;
-* ``error``: one step, then a Python exception (an application error), exit 1.
+* ``error``: one step, then a Python exception (an application error), exit 1;
+* ``stall``: three steps, then waits for ever in ``stuck_in_collective`` (a hang after the first step).
 
 It records the start in ``$MXC_RUN_DIR/standin.attempt-A.rank-R`` (its pid), so tests can wait on it.
 """
@@ -22,6 +23,7 @@ def behaviour() -> str:
     for rule in filter(None, os.environ.get("MXCTEST_TRAINER", "").split(",")):
         where, _, what = rule.partition("=")
         a, _, r = where.partition(":")
+        r = r or "*"  # "ATTEMPT=..." means every rank
         if a in ("*", attempt) and r in ("*", rank):
             return what
     return "steps"
@@ -43,6 +45,11 @@ def never_prints() -> None:
         time.sleep(0.5)
 
 
+def stuck_in_collective() -> None:
+    while True:
+        time.sleep(0.5)
+
+
 def main() -> int:
     run, attempt, rank = os.environ["MXC_RUN_DIR"], os.environ.get("MXC_ATTEMPT", "0"), os.environ.get("MXC_RANK", "0")
     with open(os.path.join(run, f"standin.attempt-{attempt}.rank-{rank}"), "w") as fh:
@@ -60,6 +67,8 @@ def main() -> int:
         raise ValueError("the data pipeline ran out of shards")
     for n in range(3):
         step(n)
+    if what == "stall":
+        stuck_in_collective()
     return 0
 
 
