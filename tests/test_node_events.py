@@ -79,8 +79,8 @@ def test_another_format_version_is_refused() -> None:
 
 
 def examples() -> list[Any]:
-    common = {"time": 1700000000.5, "job_id": "42", "attempt": 1}
-    rank = {**common, "rank": 1, "node": "node2"}
+    common: dict[str, Any] = {"time": 1700000000.5, "job_id": "42", "attempt": 1}
+    rank: dict[str, Any] = {**common, "rank": 1, "node": "node2"}
     return [
         events.BatchStart(**common, slurm_restart_count=1, resubmits=0, restart_max=2, nodes="node[1-2]", num_nodes=2,
                           partition="debug", batch_host="node1", coordinator="127.0.0.1:23456"),

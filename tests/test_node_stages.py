@@ -100,9 +100,14 @@ def test_a_failed_fetch_leaves_nothing_to_use(tmp_path: Path) -> None:
 
     with pytest.raises(ImageError, match="registry went away"):
         imagecache.ensure(tmp_path, "x.sif", broken, lambda tmp: None, time.monotonic() + 10)
+    def fetch_bad(tmp: Path, _left: float) -> None:
+        tmp.write_bytes(b"bad")
+
+    def bad_digest(tmp: Path) -> None:
+        raise ImageError("digest does not match")
+
     with pytest.raises(ImageError, match="does not match"):
-        imagecache.ensure(tmp_path, "x.sif", lambda tmp, _l: tmp.write_bytes(b"bad"),
-                          lambda tmp: (_ for _ in ()).throw(ImageError("digest does not match")), time.monotonic() + 10)
+        imagecache.ensure(tmp_path, "x.sif", fetch_bad, bad_digest, time.monotonic() + 10)
     assert sorted(os.listdir(tmp_path)) == ["x.sif.lock"]
 
 
@@ -140,7 +145,7 @@ NCCL = InfraPattern(cause="nccl_error", blame="network", regex=r"NCCL operation 
 def trainer(tmp_path: Path, script: str, hang: Hang = HANG, timeout_s: int = 0, stop: StopRequest | None = None,
             grace_s: int = 5) -> tuple[Trainer, io.BytesIO, list[str]]:
     (tmp_path / "t.py").write_text(script)
-    out, said = io.BytesIO(), []
+    out, said = io.BytesIO(), list[str]()
     runner = Trainer([sys.executable, str(tmp_path / "t.py")], dict(os.environ), str(tmp_path), hang=hang,
                      infrastructure=[NCCL], metrics=tmp_path / "metrics.jsonl", hang_marker=tmp_path / "hang.json",
                      rank=0, timeout_s=timeout_s, grace_s=grace_s, stop=stop or StopRequest(),
@@ -164,12 +169,17 @@ def test_output_passes_through_and_is_read(tmp_path: Path) -> None:
 
 def test_a_stop_request_becomes_sigterm_then_sigkill_after_the_grace(tmp_path: Path) -> None:
     stop = StopRequest()
-    runner, _, _ = trainer(tmp_path, (
+    runner, out, _ = trainer(tmp_path, (
         "import signal, time\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a trainer that does not stop\n"
         "print('ready', flush=True)\n"
         "while True: time.sleep(0.1)\n"), stop=stop, grace_s=1)
-    threading.Thread(target=lambda: (time.sleep(0.5), stop.request("SIGUSR2"))).start()
+    def request_when_ready() -> None:
+        while b"ready" not in out.getvalue():
+            time.sleep(0.01)
+        stop.request("SIGUSR2")
+
+    threading.Thread(target=request_when_ready).start()
     result = runner.run()
     assert result.stopped and result.rc == 137  # SIGKILL after the grace
 

@@ -14,60 +14,43 @@ import signal
 from pathlib import Path
 from typing import Iterable
 
+from . import sysread
 
-def _stat(proc: Path, pid: int) -> tuple[int, str] | None:
-    """(parent pid, state) of a live process."""
-    try:
-        text = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = text.rsplit(")", 1)[-1].split()
-    return (int(fields[1]), fields[0]) if len(fields) > 1 else None
+PROC = Path("/proc")
 
 
-def _pids(proc: Path) -> list[int]:
-    try:
-        return [int(name) for name in os.listdir(proc) if name.isdigit()]
-    except OSError:
-        return []
-
-
-def descendants(root: int, proc: Path = Path("/proc")) -> list[int]:
-    parents: dict[int, list[int]] = {}
-    for pid in _pids(proc):
-        info = _stat(proc, pid)
-        if info is not None and info[1] != "Z":
-            parents.setdefault(info[0], []).append(pid)
+def descendants(root: int, proc: Path = PROC) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid in sysread.process_ids(proc):
+        fields = sysread.process_stat(proc, pid)
+        if fields and len(fields) > 1 and fields[0] != "Z" and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(pid)
     out: list[int] = []
     todo = [root]
     while todo:
-        for child in parents.get(todo.pop(), []):
+        for child in children.get(todo.pop(), []):
             if child not in out:
                 out.append(child)
                 todo.append(child)
     return out
 
 
-def marked(markers: Iterable[str], proc: Path = Path("/proc")) -> list[int]:
+def marked(markers: Iterable[str], proc: Path = PROC, uid: int | None = None) -> list[int]:
     """This user's live processes whose environment holds every ``NAME=value`` of ``markers``."""
-    wanted = [m.encode() for m in markers]
-    uid = os.getuid()
+    wanted = [m.partition("=") for m in markers]
+    me = os.getuid() if uid is None else uid
     out = []
-    for pid in _pids(proc):
-        try:
-            if (proc / str(pid)).stat().st_uid != uid:
-                continue
-            environ = (proc / str(pid) / "environ").read_bytes().split(b"\0")
-        except OSError:
+    for pid in sysread.process_ids(proc):
+        if sysread.process_uid(proc, pid) != me or not sysread.process_alive(proc, pid):
             continue
-        info = _stat(proc, pid)
-        if info is not None and info[1] != "Z" and all(w in environ for w in wanted):
+        env = sysread.process_environ(proc, pid)
+        if env is not None and all(env.get(name) == value for name, _, value in wanted):
             out.append(pid)
     return out
 
 
-def trainer_processes(pid: int | None, markers: Iterable[str], proc: Path = Path("/proc")) -> list[int]:
-    """The launched process, its descendants, and marked processes elsewhere (not this process)."""
+def trainer_processes(pid: int | None, markers: Iterable[str], proc: Path = PROC) -> list[int]:
+    """The launched process, its descendants, and marked processes elsewhere (never this process)."""
     found: list[int] = []
     if pid is not None:
         found = [pid, *descendants(pid, proc)]
@@ -76,13 +59,6 @@ def trainer_processes(pid: int | None, markers: Iterable[str], proc: Path = Path
             found.append(other)
     me = os.getpid()
     return [p for p in found if p != me]
-
-
-def is_python(pid: int, proc: Path = Path("/proc")) -> bool:
-    try:
-        return "python" in os.path.basename(os.readlink(str(proc / str(pid) / "exe")))
-    except OSError:
-        return False
 
 
 def kill_all(pids: Iterable[int], signum: int = signal.SIGKILL) -> None:
