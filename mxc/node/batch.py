@@ -93,9 +93,14 @@ class Batch:
         env = dict(self.env, MXC_ATTEMPT=str(self.restarts), MXC_COORDINATOR=coordinator)
         if contract.observability.enabled:
             env["MXC_OBSERVE_NODES"] = "1"  # each rank starts mxc's node observer (mxc/runtime/observe/node_observer.py)
-        self.step = subprocess.Popen(
-            ["srun", "--kill-on-bad-exit=1", "--label", f"--nodes={nodes}", "--ntasks-per-node=1", "--export=ALL",
-             "bash", str(self.bundle / "entrypoint.sh")], env=env, stdin=subprocess.DEVNULL)
+        try:
+            self.step = subprocess.Popen(
+                ["srun", "--kill-on-bad-exit=1", "--label", f"--nodes={nodes}", "--ntasks-per-node=1", "--export=ALL",
+                 "bash", str(self.bundle / "entrypoint.sh")], env=env, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            self.log(f"cannot start srun: {exc.strerror or exc}")
+            self.event(events.End, rc=127)
+            return 127
         stop_cause = None
         while True:
             code = self.step.poll()

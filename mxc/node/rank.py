@@ -127,7 +127,8 @@ class Rank:
         choice = netif.choose_interface(Path("/sys/class/net"), configured=contract.network.interface,
                                         nccl_spec=env.get("NCCL_SOCKET_IFNAME"), coordinator=self.coordinator or None,
                                         route_to=netif.route_via_ip)
-        env.update(netif.network_env(choice, env))
+        network = netif.network_env(choice, env)
+        env.update(network)
         if choice.warning and (self.nprocs > 1 or not choice.name):
             self.log(f"network: {choice.warning}")
         self.log(f"network: NCCL_SOCKET_IFNAME={env['NCCL_SOCKET_IFNAME']}, interface {choice.name or 'none'} "
@@ -137,7 +138,10 @@ class Rank:
         self.event(events.RankStart, nprocs=self.nprocs, coordinator=self.coordinator, pid=os.getpid(),
                    interface=choice.name, interface_reason=choice.reason)
 
-        failed = self._stage(contract.stage("preflight"), lambda deadline: self._preflight(env, deadline))
+        # The checks run in this node's environment (plus the chosen network), never the training's:
+        # a variable of the spec (LD_PRELOAD, opted in) is for the trainer, not for mxc's own processes.
+        node_env = dict(self.env, MXC_ATTEMPT=str(self.attempt), MXC_BUNDLE_DIR=str(self.bundle), **network)
+        failed = self._stage(contract.stage("preflight"), lambda deadline: self._preflight(node_env, deadline))
         if failed is not None:
             return failed
         python = self.env.get("MXC_PYTHON") or contract.container.python
