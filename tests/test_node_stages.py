@@ -232,3 +232,26 @@ def test_a_changed_bundle_file_is_named_and_the_rank_refuses(tmp_path: Path) -> 
     (stored.path / "manifest.json").chmod(0o644)
     (stored.path / "manifest.json").write_text("{}")
     assert verify.problems(stored.path)[0].startswith("manifest.json: unreadable")
+
+
+# ---- the coordinator's port
+
+
+def test_the_coordinator_port_is_one_nothing_listens_on() -> None:
+    import random
+    import socket
+
+    from mxc.node import batch
+
+    for seed in range(50):  # a seed whose first pick this test can occupy
+        first = random.Random(seed).randint(*batch.PORTS)
+        with socket.socket() as taken:
+            try:
+                taken.bind(("127.0.0.1", first))
+            except OSError:
+                continue
+            taken.listen()
+            port = batch.free_port("127.0.0.1", rng=random.Random(seed))
+        assert port != first and batch.PORTS[0] <= port <= batch.PORTS[1]
+        return
+    raise AssertionError("no seed gave a port this test could listen on")
