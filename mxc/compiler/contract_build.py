@@ -113,10 +113,8 @@ def infrastructure_patterns() -> list[InfraPattern]:
     make its failure an infrastructure failure, which the restart policy requeues."""
     from mxc.runtime.triage import catalog
 
-    loaded = catalog.load()
-    return [InfraPattern(cause=p.cause, blame=loaded.cause(p.cause).blame, regex=p.regex.pattern)
-            for p in loaded.patterns
-            if loaded.cause(p.cause).blame in INFRASTRUCTURE_BLAMES and p.role == "cause" and p.context is None]
+    return [InfraPattern(cause=cause, blame=blame, regex=regex)
+            for cause, blame, regex in catalog.raw_patterns(INFRASTRUCTURE_BLAMES)]
 
 
 def build_contract(spec: JobSpec) -> RunContract:

@@ -289,8 +289,8 @@ class Rank:
         self.event(events.StageEnd, stage="train", rc=124 if result.timed_out else result.rc,
                    seconds=round(time.monotonic() - started, 3),
                    timed_out=result.timed_out, detail=None)
-        if result.rc != 0 and result.hang is None:
-            evidence.collect(result.rc, exe)
+        # Always: it removes its marker; a hang's kill is ours, not evidence of anything.
+        evidence.collect(0 if result.hang is not None else result.rc, exe)
         cause, detail = classify(result)
         if result.hang is not None:
             h = result.hang
