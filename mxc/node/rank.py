@@ -158,7 +158,7 @@ class Rank:
             failed = self._stage(contract.stage("barrier"), self._barrier, limit_name="image")
             if failed is not None:
                 return failed
-        return self._train(contract, env, python, image[0], output_dir)
+        return self._train(contract, env, node_env, python, image[0], output_dir)
 
     # ---- stages
 
@@ -233,8 +233,8 @@ class Rank:
             env["PYTHONPATH"] = f"{code}/{contract.train.pythonpath}" + (f":{inherited}" if inherited else "")
         return env
 
-    def _train(self, contract: RunContract, env: dict[str, str], python: str, image: container.Image,
-               output_dir: Path) -> int:
+    def _train(self, contract: RunContract, env: dict[str, str], node_env: dict[str, str], python: str,
+               image: container.Image, output_dir: Path) -> int:
         ckpt_dir = checkpoints.checkpoints_dir(output_dir, self.run.name)
         final = contract.restart.final_step
         if contract.checkpoint.period and final is not None and checkpoints.latest_checkpoint(ckpt_dir) == final:
@@ -254,7 +254,7 @@ class Rank:
         env_names = [name for name, _ in contract.env]
         launcher = container.launcher(contract.container, python, image, env, self.run, output_dir, code_dir, env_names)
         exe = shutil.which(launcher[0]) if len(launcher) == 1 else None
-        observer = self._start_observer(contract, env)
+        observer = self._start_observer(contract, node_env)
         if observer is not None:
             launcher = [env["MXC_AGENT_PYTHON"], "-m", "mxc.runtime.observe.ray_node_launch", "--run-dir", str(self.run),
                         "--node", self.node, "--rank", str(self.rank), "--attempt", str(self.attempt), "--", *launcher]
