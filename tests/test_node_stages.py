@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mxc.compiler import compile_spec
-from mxc.node import barrier, imagecache, verify
+from mxc.node import barrier, imagecache, integrity
 from mxc.node.contract import Hang, InfraPattern
 from mxc.node.hangwatch import HangWatch, Hung
 from mxc.node.imagecache import ImageError
@@ -216,12 +216,12 @@ def test_a_changed_bundle_file_is_named_and_the_rank_refuses(tmp_path: Path) -> 
 
     bundle = compile_spec(str(REPO / "specs" / "tiny.yaml"), lambda p: Path(p).read_bytes(), mxc_version="test")
     stored, _ = Store(tmp_path / "home").put(bundle.files, bundle.hash)
-    assert verify.problems(stored.path) == []
+    assert integrity.check(stored.path, stored.hash) == []
     target = stored.path / "mxc_node" / "policy.py"
     target.parent.chmod(0o755)
     target.chmod(0o644)
     target.write_text(target.read_text() + "\n# changed on the node\n")
-    assert verify.problems(stored.path) == ["mxc_node/policy.py: changed (sha256 differs from the manifest)"]
+    assert integrity.check(stored.path, stored.hash) == ["mxc_node/policy.py: changed (sha256 differs from the manifest)"]
     run = tmp_path / "home" / "runs" / "20260101-000000-0000-00000000"
     done = subprocess.run(["bash", str(stored.path / "entrypoint.sh")], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "MXC_RUN_DIR": str(run)})
@@ -231,7 +231,7 @@ def test_a_changed_bundle_file_is_named_and_the_rank_refuses(tmp_path: Path) -> 
     assert (exit_event["event"], exit_event["stage"], exit_event["cause"]) == ("exit", "verify", "stage_failed")
     (stored.path / "manifest.json").chmod(0o644)
     (stored.path / "manifest.json").write_text("{}")
-    assert verify.problems(stored.path)[0].startswith("manifest.json: unreadable")
+    assert integrity.check(stored.path, stored.hash)[0].startswith("manifest.json: changed")
 
 
 # ---- the coordinator's port

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import checkpoints, events, layout, outcome, policy, stopcause, verify
+from . import checkpoints, events, integrity, layout, outcome, policy, stopcause
 from .contract import ContractError, RunContract
 from .contract import load as load_contract
 
@@ -70,7 +70,7 @@ class Batch:
 
     def main(self) -> int:
         self.run.mkdir(parents=True, exist_ok=True)
-        changed = verify.problems(self.bundle)
+        changed = integrity.check(self.bundle, self.bundle.name)
         if changed:
             return self.refuse(f"bundle {self.bundle.name[:12]} differs from what was built: " + "; ".join(changed[:3]))
         try:

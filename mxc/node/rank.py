@@ -14,7 +14,7 @@ events (``ranks/<rank>/events.jsonl``):
 
 The exit event names the stage, the exit code and the cause (policy.CAUSES), which the batch
 side (or mxc's local supervisor) turns into a decision. Before anything, the bundle is verified
-(verify.py): a changed file stops the rank, naming it.
+(integrity.py): a changed file stops the rank, naming it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import barrier, checkpoints, container, events, layout, netif, policy, postmortem, stacks, verify
+from . import barrier, checkpoints, container, events, integrity, layout, netif, policy, postmortem, stacks
 from .contract import ContractError, RunContract, Stage
 from .contract import load as load_contract
 from .imagecache import ImageError
@@ -110,7 +110,7 @@ class Rank:
             return self.exit(self.stage_name, 128 + int(signal.Signals[str(stop)]), policy.CANCELLED, f"stopped by {stop}")
 
     def _main(self) -> int:
-        changed = verify.problems(self.bundle)
+        changed = integrity.check(self.bundle, self.bundle.name)
         if changed:
             self.log(f"bundle {self.bundle.name[:12]} differs from what was built: {changed[0]}; refusing to start")
             return self.exit("verify", 2, policy.STAGE_FAILED, "bundle changed: " + "; ".join(changed[:3]))

@@ -31,12 +31,13 @@ def _cached(path: str, hash_: str) -> RunContract:
 
 
 def load(bundle: StoredBundle) -> RunContract:
-    """The bundle's contract; a UserError (one line, exit 2) when it has none or a broken one."""
+    """The bundle's contract, read through the store (only a file its verified manifest lists, with
+    the bytes listed); a UserError (one line, exit 2) when it has none or a broken one."""
+    if FILE not in bundle.files():
+        raise UserError(f"bundle {bundle.hash[:12]} has no {FILE}: it was built by an older mxc",
+                        "rebuild it from its spec with `mxc build`")
     try:
         return _cached(str(bundle.path), bundle.hash)
-    except FileNotFoundError:
-        raise UserError(f"bundle {bundle.hash[:12]} has no {FILE}: it was built by an older mxc",
-                        "rebuild it from its spec with `mxc build`") from None
     except (OSError, ValidationError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"bundle {bundle.hash[:12]}: {FILE} is not a valid {FORMAT} contract ({first})",

@@ -26,7 +26,6 @@ CRASH_NOTE = re.compile(r"^crash\.rank-(\d+)\.attempt-(\d+)\.txt$")
 NATIVE = re.compile(r"^native\.rank-(\d+)\.attempt-(\d+)\.txt$")
 KERNEL_LOG = re.compile(r"^kernel\.(\d+)\.log$")
 GDB_FRAME = re.compile(r"^#\d+\s+")
-INTEGER = re.compile(r"-?[0-9]{1,9}")  # a field of stages.tsv; str.isdigit() also accepts "²", which int() refuses
 HANG_MIN_SECONDS = 20.0  # a stage timeout counts as a hang when no step came for this long (and 50 steps' time)
 
 
