@@ -277,8 +277,8 @@ def parse_numbered(text: str, kinds: tuple[type, ...], where: str = "") -> tuple
             continue
         try:
             data = json.loads(raw)
-        except ValueError as exc:
-            problems.append(f"{where}:{number}: not JSON ({exc})")
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+            problems.append(f"{where}:{number}: not JSON ({type(exc).__name__})")
             continue
         kind = by_name.get(data.get("event")) if isinstance(data, dict) else None
         if kind is None:
