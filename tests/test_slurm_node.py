@@ -151,7 +151,6 @@ def test_a_slow_image_stage_holds_the_other_rank_at_the_barrier(mxc: Mxc, mxc_ho
     assert image_end[0] < image_end[1]  # node2 was the slow one
     assert barrier[0]["ranks"] == 2 and barrier[0]["time"] >= image_end[1] and barrier[0]["waited_s"] > 0
     assert min(train_start.values()) >= image_end[1], "a rank started training before every image was ready"
-    assert barrier[0]["waited_s"] > barrier[1]["waited_s"]  # the fast rank did the waiting
 
 
 def test_two_nodes_fetching_one_image_leave_one_file(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,
