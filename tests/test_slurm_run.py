@@ -77,6 +77,7 @@ def test_preflight_failure_stops_the_job_with_reasons_per_rank(mxc: Mxc, mxc_hom
         assert json.loads((run_dir(mxc_home, run_id).path / "ranks" / rank / "preflight.json").read_text()) == \
             {k: v for k, v in result.items() if k != "failed"}
     assert first["stage"] == "preflight" and first["rc"] == 3 and first["rank"] in (0, 1)
+    assert final.message is not None
     assert final.message.startswith(f"rank {first['rank']} ({first['node']}) failed first: preflight: stale_processes: ")
     assert "; disk: " in final.message and "need 1000000" in final.message
     # Never trained, and the allocation was given back at once (no rank waited for the other).
