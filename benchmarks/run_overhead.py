@@ -52,7 +52,7 @@ def build(home: Path, steps: int) -> tuple[str, dict[str, object]]:
 
 def bare_command(spec: dict[str, object], run_dir: Path, cache: Path) -> list[str]:
     """MaxText's own command with the arguments the bundle's entrypoint passes."""
-    from mxc.compiler.render import maxtext_args
+    from mxc.compiler.contract_build import maxtext_args
     from mxc.compiler.schema import JobSpec
 
     args = maxtext_args(JobSpec.model_validate(spec))

@@ -24,7 +24,7 @@ from mxc.fsutil import loads, read_bounded, write_atomic
 from mxc.node import integrity
 from mxc.node.integrity import MANIFEST
 
-EXECUTABLES = frozenset({"entrypoint.sh", "job.sbatch", "preflight.sh"})
+EXECUTABLES = frozenset({"entrypoint.sh", "job.sbatch"})
 _HEX = re.compile(r"^[0-9a-f]+$")
 _BUNDLE_HASH = re.compile(r"^[0-9a-f]{64}$")
 

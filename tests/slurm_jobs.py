@@ -14,6 +14,7 @@ from typing import Any
 from mxc.runtime import runs
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
+from mxc.runtime.slurm.events import BATCH_ADAPTER, RANK_ADAPTER, read_events
 from tests.conftest import REPO, Mxc
 from tests.processes import run_processes
 from tests.slurm_cluster import SlurmCluster
@@ -78,9 +79,16 @@ def wait_final(home: Path, run_id: str, timeout: float = 240) -> RunRecord:
 
 
 def events(path: Path) -> list[dict[str, Any]]:
+    """Every line of an event file, each checked against its schema (mxc/node/events.py): a line
+    the node program wrote that does not validate fails the test that reads it."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    adapter = BATCH_ADAPTER if path.name == "batch.jsonl" else RANK_ADAPTER
+    found, problems = read_events(path, adapter)
+    assert problems == [], problems
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert len(lines) == len(found)
+    return lines
 
 
 def rank_events(home: Path, run_id: str, rank: int) -> list[dict[str, Any]]:

@@ -440,9 +440,9 @@ def test_overrides_mxc_sets_itself_are_refused_naming_the_field(key: str, instea
 
 def test_hardware_and_autocheckpoint_are_left_to_the_spec() -> None:
     bundle = compile_files(tiny_with("model:\n  overrides:\n    hardware: gpu_multiprocess\n    enable_autocheckpoint: false\n"))
-    entrypoint = bundle.files["entrypoint.sh"]  # type: ignore[attr-defined]
-    assert "'hardware=gpu_multiprocess'" in entrypoint and "distributed+=(hardware=gpu)" not in entrypoint
-    assert "distributed+=(enable_autocheckpoint=true)" not in entrypoint
+    train = json.loads(bundle.files["run.json"])["train"]  # type: ignore[attr-defined]
+    assert "hardware=gpu_multiprocess" in train["args"] and "enable_autocheckpoint=false" in train["args"]
+    assert train["distributed_args"] == ["skip_jax_distributed_system=false"]  # neither hardware=gpu nor autocheckpoint
 
 
 # ---- 8. mxc check agrees with mxc build ---------------------------------------------------------

@@ -90,7 +90,6 @@ HOSTILE: dict[str, Callable[[Path], object]] = {
     "events.jsonl is misshapen": lambda run: (_rank(run) / "events.jsonl").write_text(
         '{"event": "exit", "attempt": "x", "rc": [1]}\n{"event": "exit", "attempt": 0, "rc": "1"}\n' + DEEP + "\n"),
     "preflight.json is deep": lambda run: (_rank(run) / "preflight.json").write_text(DEEP),
-    "stages.tsv is a FIFO": lambda run: os.mkfifo(_rank(run) / "stages.tsv"),
     "a rank's kernel log is a FIFO": lambda run: os.mkfifo(_rank(run) / "kernel.0.log"),
     "a crash note is a FIFO": lambda run: _fifo(run / "stacks" / "crash.rank-0.attempt-0.txt"),
     "the observability events are a FIFO": lambda run: _fifo(run / "observability" / "events.jsonl"),
@@ -165,7 +164,7 @@ def test_runs_logs_triage_report_and_compare_on_the_cli(hostile_home: tuple[Path
         out = mxc("logs", runs[name].run_id)
         assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
         assert "its log" in out.stderr and "not a regular file" in out.stderr
-    for name in ("metrics.jsonl is deep", "metrics.jsonl is a FIFO", "stages.tsv is a FIFO", "record.json is deep",
+    for name in ("metrics.jsonl is deep", "metrics.jsonl is a FIFO", "events.jsonl is a FIFO", "record.json is deep",
                  "events.jsonl is misshapen", "a rank's kernel log is a FIFO"):
         for args in (["triage", runs[name].run_id, "--json"], ["report", runs[name].run_id, "--no-tsdb", "--json", "-o",
                                                                str(home.parent / "r.html")],

@@ -35,7 +35,9 @@ def test_same_spec_same_hash_from_another_directory_and_home(mxc: Mxc, tmp_path:
     # Nothing of the build machine leaks into a bundle.
     user = getpass.getuser()
     for digest in there.values():
-        for f in (other_home / "bundles" / digest).iterdir():
+        for f in (other_home / "bundles" / digest).rglob("*"):
+            if f.is_dir():
+                continue
             text = f.read_text()
             assert str(tmp_path) not in text and str(REPO) not in text, f
             assert f"/{user}/" not in text and "/home/" not in text, f
@@ -62,11 +64,18 @@ def test_bundle_files_are_read_only_and_hash_is_the_manifest_hash(mxc: Mxc, mxc_
     manifest = (bundle / "manifest.json").read_bytes()
     assert hashlib.sha256(manifest).hexdigest() == digest
     listed = json.loads(manifest)["files"]
-    assert set(listed) | {"manifest.json"} == {p.name for p in bundle.iterdir()}
-    assert {"spec.json", "job.sbatch", "entrypoint.sh", "env.sh", "prometheus.yml", "exporter.json"} <= set(listed)
-    for f in bundle.iterdir():
+    files = {str(p.relative_to(bundle)): p for p in bundle.rglob("*") if p.is_file()}
+    assert set(listed) | {"manifest.json"} == set(files)
+    assert {"spec.json", "run.json", "job.sbatch", "entrypoint.sh", "env.sh", "prometheus.yml", "exporter.json",
+            "mxc_node/__main__.py", "mxc_node/rank.py", "mxc_node/batch.py"} <= set(listed)
+    node_program = sorted(p.name for p in (REPO / "mxc" / "node").glob("*.py"))
+    assert sorted(n.removeprefix("mxc_node/") for n in listed if n.startswith("mxc_node/")) == node_program
+    for name, f in files.items():
         assert not f.stat().st_mode & 0o222, f
-        assert hashlib.sha256(f.read_bytes()).hexdigest() == listed.get(f.name, hashlib.sha256(manifest).hexdigest())
+        assert hashlib.sha256(f.read_bytes()).hexdigest() == listed.get(name, hashlib.sha256(manifest).hexdigest())
+        if name.startswith("mxc_node/"):  # verbatim: the node program as the repository has it
+            assert f.read_bytes() == (REPO / "mxc" / "node" / f.name).read_bytes()
+    assert not (bundle / "mxc_node").stat().st_mode & 0o222
     assert not list((mxc_home / "bundles").glob(".tmp-*"))
 
 
@@ -74,7 +83,7 @@ def test_bundle_files_are_read_only_and_hash_is_the_manifest_hash(mxc: Mxc, mxc_
 def test_generated_scripts_pass_bash_n_and_shellcheck(spec: Path, mxc: Mxc, mxc_home: Path) -> None:
     digest = build(mxc, str(spec))
     bundle = mxc_home / "bundles" / digest
-    scripts = [bundle / n for n in ("entrypoint.sh", "preflight.sh", "job.sbatch", "env.sh")]
+    scripts = [bundle / n for n in ("entrypoint.sh", "job.sbatch", "env.sh")]
     for script in scripts:
         subprocess.run(["bash", "-n", str(script)], check=True)
     lint = subprocess.run(["shellcheck", "--shell=bash", "--severity=style", *map(str, scripts)],
@@ -105,7 +114,7 @@ def test_injection_strings_stay_inert_in_every_script(mxc: Mxc, mxc_home: Path, 
     )
     digest = build(mxc, str(spec))
     bundle = mxc_home / "bundles" / digest
-    for script in ("entrypoint.sh", "preflight.sh", "job.sbatch", "env.sh"):
+    for script in ("entrypoint.sh", "job.sbatch", "env.sh"):
         subprocess.run(["bash", "-n", str(bundle / script)], check=True)
     # Sourcing env.sh gives back every payload byte for byte.
     shown = subprocess.run(
@@ -198,7 +207,7 @@ def test_diff_specs_and_bundles(mxc: Mxc, tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     data = json.loads(result.stdout)
     assert data["changes"] == [{"key": "model.overrides.quantization", "kind": "added", "new": "fp8"}]
-    assert "spec.json" in data["files"] and "entrypoint.sh" in data["files"]
+    assert data["files"] == ["run.json", "spec.json"]  # the MaxText argv is in run.json; the shims never change
     a = build(mxc, "specs/tiny.yaml")
     b = build(mxc, "specs/tiny.yaml", "--set", "restart.max=5")
     text = mxc("diff", a[:8], b[:8])

@@ -31,6 +31,9 @@ ALLOWED_ON = {"readlink": {"os"}}  # module.attr spellings that are old enough
 NEWER_KEYWORDS = {("zip", "strict"): "3.10", ("dataclass", "slots"): "3.10", ("dataclass", "kw_only"): "3.10",
                   ("write_text", "newline"): "3.10", ("exists", "follow_symlinks"): "3.12"}
 BUILTIN_GENERICS = {"list", "dict", "tuple", "set", "frozenset", "type"}
+# The entry point checks the interpreter's version before the package is imported: it must itself
+# parse on an older python3 (RHEL 8's is 3.6), so it is the one file without the __future__ import.
+ENTRY = "__main__.py"
 
 
 def annotation_nodes(tree: ast.AST) -> set[int]:
@@ -56,7 +59,14 @@ def problems(path: Path) -> list[str]:
     out = []
     body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     first = body[0] if body else None
-    if first is not None and not (isinstance(first, ast.ImportFrom) and first.module == "__future__"
+    if path.name == ENTRY:
+        try:
+            ast.parse(source, feature_version=(3, 6))
+        except SyntaxError as exc:
+            out.append(f"{path.name}:{exc.lineno}: the entry point must parse on python3.6: {exc.msg}")
+        if "from __future__" in source:
+            out.append(f"{path.name}: the entry point must parse on any python3 (no __future__ import)")
+    elif first is not None and not (isinstance(first, ast.ImportFrom) and first.module == "__future__"
             and [a.name for a in first.names] == ["annotations"]):
         out.append(f"{path.name}: code must start with `from __future__ import annotations` (after the docstring)")
     in_annotation = annotation_nodes(tree)

@@ -219,6 +219,7 @@ def test_tsdb_answers_after_every_process_exited(exporter: Exporter, run_dir: Pa
 HOLDER = '''
 import json, sys, time
 from pathlib import Path
+from mxc.node.contract import Observability as Settings
 from mxc.runtime.observe.observer import Observability
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
@@ -229,8 +230,8 @@ run = RunDir(Path(sys.argv[1]))
 run.path.mkdir(parents=True)
 record = RunRecord(run_id=run.run_id, bundle="0" * 64, spec_name="t", backend="local", status="running",
                    started=now_iso())
-observer = Observability({"name": "t", "observability": {"scrape_interval": 1, "plugins": ["host"],
-                                                         "exporter_port": 19400, "prometheus_port": 19190}})
+observer = Observability(Settings(enabled=True, bind="127.0.0.1", exporter_port=19400, prometheus_port=19190,
+                                  tensorboard_port=6006, scrape_interval=1, plugins=["host"]), "t")
 observer.on_start(run, record)
 print(json.dumps(record.observability), flush=True)
 time.sleep(600)

@@ -228,8 +228,10 @@ def test_log_lines_and_spec_values_stay_text(three: Path, tmp_path: Path) -> Non
 
 def test_a_mangled_run_directory_still_gets_a_report(three: Path, mxc: Mxc, tmp_path: Path) -> None:
     failed = three / "runs" / report_runs.FAILED
-    with (failed / "ranks" / "0" / "stages.tsv").open("a") as fh:  # rows no entrypoint.sh writes
-        fh.write("train\t--5\t3\t0\nimage\t\u00b2\t1\t0\nx\t1\t\u00b2\t-1\n" + "y" * 100_000 + "\t1\t1\t0\n")
+    with (failed / "ranks" / "0" / "events.jsonl").open("a") as fh:  # lines the node program never writes
+        fh.write('{"event": "stage_end", "stage": "x", "rc": "--5"}\n{"event": "stage_end"}\nnot json\n'
+                 '{"event": "stage_end", "time": 1, "job_id": "", "attempt": 0, "rank": 0, "node": "vm", "stage": "'
+                 + "y" * 100_000 + '", "rc": "\u00b2", "seconds": 1, "timed_out": false, "detail": null}\n')
     (failed / "metrics.jsonl").write_bytes(b'\x00\xff{"step": 1e999}\n{"step": NaN}\n[1]\n"x"\n{"step": 3, '
                                           b'"learning/loss": 1' + b"0" * 400 + b"}\n" + b"\xfe" * 10_000)
     out = tmp_path / "mangled.html"

@@ -19,7 +19,7 @@ import pytest
 from mxc.runtime.backends import Plan
 from mxc.runtime.local.launcher import LocalLauncher
 from mxc.runtime.local.progress import ProgressBar
-from mxc.runtime.local.supervisor import latest_checkpoint, signal_of
+from mxc.runtime.local.supervisor import signal_of
 from mxc.runtime.metrics_merge import merge, write_merged
 from mxc.runtime.provenance.hostfacts import collect, compare
 from mxc.runtime.rundir import RunDir
@@ -264,13 +264,6 @@ def test_progress_bar_line_and_tty_only(tmp_path: Path) -> None:
     shown.update([StepEvent(4, 2.0, 0.1)], now=1.0)
     shown.close()
     assert stream.getvalue().startswith("\r\x1b[Kstep 5  loss 2.000") and stream.getvalue().endswith("\n")
-
-
-def test_latest_checkpoint_ignores_unfinished_saves(tmp_path: Path) -> None:
-    assert latest_checkpoint(tmp_path / "missing") is None
-    for name in ("0", "5", "10.orbax-checkpoint-tmp-123", "notes"):
-        (tmp_path / name).mkdir()
-    assert latest_checkpoint(tmp_path) == 5
 
 
 def test_signal_of_exit_codes() -> None:

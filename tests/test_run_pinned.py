@@ -47,8 +47,10 @@ def main():
             metrics.write(json.dumps({{"learning/loss": loss, "step": float(step), "run_name": args["run_name"]}}) + "\\n")
             metrics.flush()
             print("completed step: %d, seconds: 0.001, total_weights: 64, loss: %.3f" % (step, loss), file=sys.stderr)
+            if step == crash_after and os.environ.get("FAKE_CRASH_KILLED"):
+                os.kill(os.getpid(), 9)  # killed from outside (the OOM killer, an operator)
             if step == crash_after:
-                sys.exit(5)
+                sys.exit(5)  # an application error
 
 
 if __name__ == "__main__":
@@ -189,20 +191,36 @@ def test_failure_before_the_first_step_is_recorded_and_not_restarted(mxc: Mxc, m
 
 
 def test_restarts_stop_at_restart_max(mxc: Mxc, mxc_home: Path, tmp_path: Path, code_repo: CodeRepo) -> None:
+    """A trainer killed from outside after a step is restarted (the restart policy, docs/restarts.md),
+    at most restart.max times. (Before the one policy, any exit after a step was restarted locally;
+    an application error no longer is: test_an_application_error_is_not_restarted.)"""
     repo, v1, _ = code_repo
-    bundle = _build(mxc, _spec(tmp_path, repo, v1, name="crashes", env={"FAKE_CRASH_AFTER": "1"}, restarts=2))
+    bundle = _build(mxc, _spec(tmp_path, repo, v1, name="crashes", env={"FAKE_CRASH_AFTER": "1", "FAKE_CRASH_KILLED": "1"},
+                               restarts=2))
     out = mxc("run", bundle, "--json")
-    assert out.returncode == 5, out.stderr
+    assert out.returncode == 137, out.stderr
     record = json.loads(out.stdout)
     assert record["status"] == "failed" and record["restarts"] == 2
-    assert [a["exit_code"] for a in record["attempts"]] == [5, 5, 5]
+    assert [a["exit_code"] for a in record["attempts"]] == [137, 137, 137]
+    assert [a["cause"] for a in record["attempts"]] == ["killed", "killed", "killed"]
     assert [a["number"] for a in record["attempts"]] == [0, 1, 2]
-    assert "restart.max (2) is reached" in record["message"]
+    assert "not restarted: restart.max (2) reached" in record["message"]
     run = Path(record["tensorboard"]).parents[3]
     assert sorted(p.name for p in (run / "metrics").iterdir()) == [
         "attempt-0.rank-0.jsonl", "attempt-1.rank-0.jsonl", "attempt-2.rank-0.jsonl"]
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0.0, 1.0]  # each attempt restarted at 0 and replaced the one before
+
+
+def test_an_application_error_is_not_restarted(mxc: Mxc, mxc_home: Path, tmp_path: Path, code_repo: CodeRepo) -> None:
+    repo, v1, _ = code_repo
+    bundle = _build(mxc, _spec(tmp_path, repo, v1, name="errs", env={"FAKE_CRASH_AFTER": "1"}, restarts=2))
+    out = mxc("run", bundle, "--json")
+    assert out.returncode == 5, out.stderr
+    record = json.loads(out.stdout)
+    assert record["status"] == "failed" and record["restarts"] == 0
+    assert [(a["exit_code"], a["cause"]) for a in record["attempts"]] == [(5, "application_error")]
+    assert "(application error)" in record["message"] and "fails the same way again" in record["message"]
 
 
 def test_dry_run_prints_the_command_and_writes_nothing(mxc: Mxc, mxc_home: Path, tmp_path: Path, code_repo: CodeRepo) -> None:

@@ -51,19 +51,24 @@ def training_started(home: Path, run_id: str, ranks: range = range(1)) -> None:
     wait_for(lambda: stage_started(home, run_id, "train", ranks), 120, "the train stage to start")
 
 
-def test_dead_rank_ends_the_job_and_is_not_requeued(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
-    """An application crash on one node: every rank stops (--kill-on-bad-exit), no requeue,
-    and the record names the rank that died first."""
-    run_id = submit(mxc, build(mxc, *slurm_sets(slurm_cluster, nodes=2)))
+def test_dead_rank_ends_the_job_and_the_record_names_it(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
+    """A rank killed from outside (SIGKILL) brings every rank down (--kill-on-bad-exit); the policy
+    requeues a kill, bounded by restart.max (0 here), and the record names the rank that died first.
+    (An application error, which is never requeued, is in test_slurm_node.py.)"""
+    run_id = submit(mxc, build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{"restart.max": 0})))
     run = run_dir(mxc_home, run_id)
     victim = wait_for(lambda: trainer_of(run, 1), 120, "rank 1's training process")
     os.kill(victim, signal.SIGKILL)
     final = wait_final(mxc_home, run_id, timeout=120)
     assert final.status == "failed" and final.exit_code == 137
-    assert final.restarts == 0 and len(final.attempts) == 1 and not final.slurm.get("requeues")  # type: ignore[union-attr]
+    assert final.restarts == 0 and len(final.attempts) == 1
     first = final.slurm["first_failure"]  # type: ignore[index]
-    assert (first["rank"], first["node"], first["stage"], first["rc"]) == (1, "node2", "train", 137)
-    assert final.message == "rank 1 (node2) failed first: stage train failed with exit 137 (SIGKILL)"
+    assert (first["rank"], first["node"], first["stage"], first["rc"], first["cause"]) == (1, "node2", "train", 137, "killed")
+    assert final.message == ("rank 1 (node2) failed first: stage train failed with exit 137 (SIGKILL); "
+                             "not requeued: restart.max (0) reached")
+    requeue = requeue_of(final.attempts[0])
+    requeue.pop("checkpoint", None)  # whether MaxText had written step 0's checkpoint yet does not matter here
+    assert requeue == {"cause": "killed", "action": "refused", "why": "restart.max (0) reached"}
     assert slurm_cluster.job(final.slurm["job_id"])["JobState"] == "FAILED"  # type: ignore[index]
     wait_for(lambda: not processes_of(run), 30, "rank 0 to be brought down too")
 

@@ -221,11 +221,10 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 def _tensorboard_port(record: Any) -> int:
     with contextlib.suppress(Exception):
+        from mxc.runtime.contract import load as load_contract
         from mxc.store import Store
 
-        observability = Store(store().home).get(record.bundle).spec().get("observability")
-        if isinstance(observability, dict):
-            return int(observability.get("tensorboard_port", 6006))
+        return load_contract(Store(store().home).get(record.bundle)).observability.tensorboard_port
     return 6006
 
 

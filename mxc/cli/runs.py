@@ -76,17 +76,19 @@ def _rerun(args: argparse.Namespace) -> int:
                         f"rebuild it from its spec; {st.bundles} no longer has it")
     bundle = st.get(ref.bundle)
     st.require_intact(bundle)  # before anything of it is read: the spec, the lock, the scripts
-    spec = bundle.spec()
+    from mxc.runtime.contract import load as load_contract
+
+    contract = load_contract(bundle)
     if ref.run is None:
         if not args.quiet:
             print(f"mxc: bundle {bundle.hash[:12]} has no earlier run to compare with; running it", file=sys.stderr)
         return _launch(args, bundle, rerun_of=None)
     old = runs.load(ref.run)
-    native = spec["runtime"]["container"] == "native"
-    host = hostfacts.collect(training_python(spec) if native else None)
-    pinned = old.code if spec["code"].get("repo") else None  # the bundle pins the commit; its export is verified at start
-    current = {"host": host, "image": hostfacts.image_facts(spec, host, hostfacts.lockfile_digest(bundle.path)),
-               "code": hostfacts.code_facts(spec, host, pinned)}
+    native = contract.container.kind == "native"
+    host = hostfacts.collect(training_python(contract) if native else None)
+    pinned = old.code if contract.code.repo else None  # the bundle pins the commit; its export is verified at start
+    current = {"host": host, "image": hostfacts.image_facts(contract, host, hostfacts.lockfile_digest(bundle.path)),
+               "code": hostfacts.code_facts(contract, host, pinned)}
     drift = hostfacts.compare({"host": old.host, "image": old.image, "code": old.code}, current)
     significant = [d for d in drift if d.significant]
     shown = 20
@@ -111,9 +113,10 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
 
     st = store()
     st.require_intact(bundle)  # and again before each attempt (the local supervisor) and each resubmission
-    spec = bundle.spec()
-    backend = get_backend("local" if args.local else str(spec["runtime"]["backend"]))
-    request = RunRequest(home=st.home, bundle=bundle, spec=spec, rerun_of=rerun_of, quiet=args.quiet or args.json)
+    from mxc.runtime.contract import load as load_contract
+
+    backend = get_backend("local" if args.local else load_contract(bundle).backend)
+    request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json)
     plan = backend.plan(request)
     if args.dry_run:
         if args.json:

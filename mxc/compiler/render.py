@@ -7,27 +7,23 @@ and one quoting filter, ``sq``, for every value that reaches a shell script.
 from __future__ import annotations
 
 import json
+from importlib import resources
 from typing import Any
 
 import jinja2
 
+from mxc.compiler.contract_build import build_contract
 from mxc.compiler.precompiled import PrecompiledLoader
-from mxc.compiler.schema import JobSpec, Scalar
-from mxc.compiler.slurm import slurm_context
+from mxc.compiler.schema import JobSpec
+from mxc.node.typed import to_dict
 
-TEMPLATE_VERSION = "1"
+TEMPLATE_VERSION = "2"
+NODE_PACKAGE = "mxc_node"  # the node program's directory in every bundle (mxc/node/*.py, verbatim)
 
 
 def sq(value: object) -> str:
     """Single-quote for POSIX shells: the result is always one inert word, even for ``$(..)`` or newlines."""
     return "'" + str(value).replace("'", "'\"'\"'") + "'"
-
-
-def scalar_text(value: Scalar) -> str:
-    """How MaxText and XLA read a value: booleans lower-case, the rest as written."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def canonical_json(data: Any) -> str:
@@ -48,47 +44,25 @@ _ENV = jinja2.Environment(
 _ENV.filters["sq"] = sq
 
 
-def xla_flags(spec: JobSpec) -> str:
-    return " ".join(f"--{k}={scalar_text(v)}" for k, v in sorted(spec.env.xla_flags.items()))
-
-
-def environment(spec: JobSpec) -> list[tuple[str, str]]:
-    """Every variable env.sh exports, sorted: the spec's vars, XLA_FLAGS, and mxc's own facts."""
-    env = {k: scalar_text(v) for k, v in spec.env.vars.items()}
-    flags = xla_flags(spec)
-    if flags:
-        raw = env.get("XLA_FLAGS")
-        env["XLA_FLAGS"] = f"{flags} {raw}" if raw else flags
-    env["MXC_JOB_NAME"] = spec.name
-    return sorted(env.items())
-
-
-def maxtext_args(spec: JobSpec) -> list[str]:
-    """MaxText's argv after the module: config file, model, overrides, checkpointing."""
-    args = [f"src/maxtext/configs/{spec.model.config}", f"model_name={spec.model.model_name}"]
-    args += [f"{k}={scalar_text(v)}" for k, v in sorted(spec.model.overrides.items())]
-    if spec.checkpoint.period:
-        args += ["enable_checkpointing=true", f"checkpoint_period={spec.checkpoint.period}"]
-    else:
-        args += ["enable_checkpointing=false"]
-    return args
+def node_program() -> dict[str, str]:
+    """mxc/node/*.py as bundle files ``mxc_node/<name>.py``: the node program, verbatim, under the bundle hash."""
+    package = resources.files("mxc.node")
+    return {f"{NODE_PACKAGE}/{entry.name}": entry.read_text("utf-8")
+            for entry in sorted(package.iterdir(), key=lambda e: e.name)
+            if entry.name.endswith(".py") and entry.is_file()}
 
 
 def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = None) -> dict[str, str]:
     """All bundle files but the manifest, by name."""
-    context = {
-        "spec": spec,
-        "env": environment(spec),
-        "maxtext_args": maxtext_args(spec),
-        "template_version": TEMPLATE_VERSION,
-        "slurm": slurm_context(spec),
-    }
+    contract = build_contract(spec)
+    context = {"spec": spec, "contract": contract, "template_version": TEMPLATE_VERSION, "node_package": NODE_PACKAGE}
     files = {
         "spec.json": spec_json,
+        "run.json": canonical_json(to_dict(contract)),
         "env.sh": _ENV.get_template("env.sh.j2").render(context),
         "entrypoint.sh": _ENV.get_template("entrypoint.sh.j2").render(context),
-        "preflight.sh": _ENV.get_template("preflight.sh.j2").render(context),
         "job.sbatch": _ENV.get_template("job.sbatch.j2").render(context),
+        **node_program(),
     }
     if spec.observability.enabled:
         files["prometheus.yml"] = _ENV.get_template("prometheus.yml.j2").render(context)
@@ -98,7 +72,6 @@ def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = N
                 "port": spec.observability.exporter_port,
                 "plugins": spec.observability.plugins,
                 "scrape_interval": spec.observability.scrape_interval,
-                "hang_timeout": spec.observability.hang_timeout,
             }
         )
     files.update(extra_files or {})

@@ -245,6 +245,17 @@ class CoreDumps(Strict):
     backtrace: bool = Field(True, description="write each core's native backtrace (gdb, when installed) to stacks/")
 
 
+class HangWatch(Strict):
+    """Every rank's hang watch (always on): a rank without progress for too long is hung; its stacks
+    are kept, training is killed on every rank and the job is restarted from its last checkpoint."""
+
+    init_timeout: int = Field(
+        1800, ge=1, description="seconds without any training output before the first step (start-up, "
+        "jax.distributed and NCCL/RCCL initialisation, compilation, checkpoint restore)"
+    )
+    step_timeout: int = Field(900, ge=1, description="seconds without a new step, once the first step is done")
+
+
 class Runtime(Strict):
     """Where and how the bundle runs."""
 
@@ -260,10 +271,11 @@ class Runtime(Strict):
         default_factory=list, description="container bind mounts, /host:/container[:ro]"
     )
     cores: CoreDumps = Field(default_factory=CoreDumps)
+    hang: HangWatch = Field(default_factory=HangWatch)
 
 
 class Observability(Strict):
-    """Metrics, TensorBoard and hang detection. Dashboards bind to loopback unless told otherwise."""
+    """Metrics and TensorBoard (hangs: runtime.hang). Dashboards bind to loopback unless told otherwise."""
 
     enabled: bool = Field(False, description="run the exporter, Prometheus and Ray with training")
     bind: str = Field("127.0.0.1", description="address the exporter and dashboards listen on")
@@ -274,7 +286,6 @@ class Observability(Strict):
     plugins: list[Annotated[str, StringConstraints(pattern=PLUGIN_NAME_PATTERN)]] = Field(
         default_factory=lambda: ["host", "gpu", "tensorboard"],
         description="exporter plugins, by name (a Python identifier: entry point or <plugins dir>/<name>.py)")
-    hang_timeout: int = Field(900, ge=10, description="seconds without a step (after the first) before a run is hung")
 
 
 class Checkpoint(Strict):

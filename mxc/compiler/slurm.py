@@ -1,10 +1,8 @@
-"""Facts the Slurm batch script needs that are easier to compute here than in bash."""
+"""Slurm's time syntax, read by the compiler (the contract's ``slurm.time_limit_s``)."""
 
 from __future__ import annotations
 
 import re
-
-from mxc.compiler.schema import JobSpec
 
 _TIME = re.compile(r"^(?:(?P<days>\d+)-)?(?P<rest>\d+(?::\d+){0,2})$")
 
@@ -29,15 +27,3 @@ def time_seconds(text: str | None) -> int:
     if len(fields) == 2:
         return fields[0] * 60 + fields[1]
     return (fields[0] * 60 + fields[1]) * 60 + fields[2]
-
-
-def slurm_context(spec: JobSpec) -> dict[str, object]:
-    """``slurm.*`` in templates: the time limit in seconds (0: none), the last step's
-    number when ``steps`` is known ("" otherwise), and whether checkpoints are written."""
-    steps = spec.model.overrides.get("steps")
-    final_step = steps - 1 if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else ""
-    return {
-        "time_limit_seconds": time_seconds(spec.resources.time),
-        "final_step": final_step,
-        "checkpointing": "on" if spec.checkpoint.period else "off",
-    }

@@ -1,28 +1,27 @@
 """What happened to a run, in words: its triage verdict and the stages each rank went through.
 
 A report must say something useful about every run, above all about one that never reached a
-step (no curves to draw): which stage it was in when it stopped (``ranks/<rank>/stages.tsv``,
-written by the bundle's ``entrypoint.sh``, and the exit event in ``events.jsonl``), the error
-triage found, and what to try. The verdict is ``mxc triage``'s, unchanged (mxc/runtime/triage).
+step (no curves to draw): which stage it was in when it stopped (the ``stage_end`` and ``exit``
+events the node program wrote into ``ranks/<rank>/events.jsonl``, read against their schema,
+mxc/node/events.py), the error triage found, and what to try. The verdict is ``mxc triage``'s, unchanged (mxc/runtime/triage).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from mxc.fsutil import read_jsonl, read_text
+from mxc.fsutil import read_text
+from mxc.node import events
 from mxc.runtime.record import FINISHED, RunRecord
 from mxc.runtime.rundir import RunDir
 
 MAX_STAGE_ROWS = 200  # a requeued multi-node job repeats its stages; the report needs the gist
-STAGE_ROW = re.compile(r"^([^\t]{1,40})\t(-?[0-9]{1,9})\t([0-9]{1,12})?\t([0-9]{1,9})")  # name rc seconds attempt
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One row of a rank's stages.tsv: a stage that ended (rc 0: it passed)."""
+    """A stage of a rank that ended (rc 0: it passed): its ``stage_end`` event."""
 
     rank: int
     attempt: int
@@ -94,7 +93,8 @@ class Outcome:
 
 
 def read_stages(run: RunDir) -> tuple[list[Stage], dict[tuple[int, int], str]]:
-    """Every rank's stages (in rank, then file order) and the stage of each (attempt, rank) exit event."""
+    """Every rank's stages (in rank, then file order) and the stage of each (attempt, rank) exit event.
+    Lines that are not events of the node program are left out (triage reports them)."""
     stages: list[Stage] = []
     exits: dict[tuple[int, int], str] = {}
     base = run.path / "ranks"
@@ -102,18 +102,16 @@ def read_stages(run: RunDir) -> tuple[list[Stage], dict[tuple[int, int], str]]:
         return stages, exits
     for rank_dir in sorted((d for d in base.iterdir() if d.name.isdigit() and d.is_dir()), key=lambda d: int(d.name)):
         rank = int(rank_dir.name)
-        for event in read_jsonl(rank_dir / "events.jsonl"):
-            if event.get("event") == "exit" and isinstance(event.get("stage"), str):
-                attempt = event.get("attempt")
-                exits[(attempt if isinstance(attempt, int) else 0, rank)] = event["stage"]
         try:
-            rows = read_text(rank_dir / "stages.tsv").splitlines()  # bounded, regular files only
+            text = read_text(rank_dir / "events.jsonl")  # bounded, regular files only
         except (OSError, ValueError):
-            rows = []
-        for row in rows[:MAX_STAGE_ROWS]:
-            if m := STAGE_ROW.match(row):
-                seconds = int(m[3]) if m[3] is not None else None
-                stages.append(Stage(rank, int(m[4]), m[1], int(m[2]), seconds))
+            text = ""
+        found, _problems = events.parse(text, events.RANK_EVENTS)
+        for event in found:
+            if isinstance(event, events.RankExit):
+                exits[(event.attempt, rank)] = event.stage
+            elif isinstance(event, events.StageEnd) and len(stages) < MAX_STAGE_ROWS:
+                stages.append(Stage(rank, event.attempt, event.stage, event.rc, round(event.seconds)))
     return stages, exits
 
 

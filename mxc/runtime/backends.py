@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 from mxc import tempdirs
 from mxc.errors import UserError, cannot_write
+from mxc.node.contract import RunContract
+from mxc.runtime.contract import load as load_contract
 from mxc.runtime.hooks import Launcher, RunObserver
 from mxc.runtime.provenance import environment
 from mxc.runtime.record import RunRecord
@@ -40,7 +42,8 @@ DEFAULT_PYTHON = "python3"  # the spec schema's default for runtime.python
 
 @dataclass(frozen=True)
 class RunRequest:
-    """A stored bundle to run and the options the user gave."""
+    """A stored bundle to run and the options the user gave. What the runtime needs to know about
+    the bundle is its typed contract (run.json); ``spec`` (spec.json) is only read by alerts."""
 
     home: Path
     bundle: StoredBundle
@@ -51,18 +54,21 @@ class RunRequest:
     launcher: Launcher | None = None
 
     @property
+    def contract(self) -> RunContract:
+        return load_contract(self.bundle)
+
+    @property
     def spec_name(self) -> str:
-        return str(self.spec["name"])
+        return self.contract.name
 
     @property
     def total_steps(self) -> int | None:
-        steps = self.spec.get("model", {}).get("overrides", {}).get("steps")
-        return int(steps) if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+        return self.contract.train.steps
 
     @property
     def code_commit(self) -> str | None:
-        code = self.spec.get("code", {})
-        return str(code["commit"]) if code.get("repo") and code.get("commit") else None
+        code = self.contract.code
+        return code.commit if code.repo and code.commit else None
 
 
 @dataclass
@@ -137,7 +143,7 @@ def create_run_dir(run: RunDir, record: RunRecord) -> None:
         raise cannot_write(f"the record of run {run.run_id} in {run.path.parent}", exc) from None
 
 
-def training_python(spec: Mapping[str, Any]) -> str:
+def training_python(contract: RunContract) -> str:
     """The interpreter a native run uses, as an absolute path when it can be found.
 
     Order: ``$MXC_PYTHON``; the spec's ``runtime.python`` when it is not the default;
@@ -146,7 +152,7 @@ def training_python(spec: Mapping[str, Any]) -> str:
     """
     if os.environ.get("MXC_PYTHON"):
         return os.environ["MXC_PYTHON"]
-    configured = str(spec.get("runtime", {}).get("python", DEFAULT_PYTHON))
+    configured = contract.container.python
     if configured == DEFAULT_PYTHON and importlib.util.find_spec("maxtext") is not None:
         return sys.executable
     return shutil.which(configured) or configured
@@ -157,19 +163,20 @@ def recorded_environment(env: Mapping[str, str], spec: Mapping[str, Any]) -> dic
     return environment.recorded_environment(env, spec)
 
 
-def extensions(spec: Mapping[str, Any]) -> tuple[Launcher | None, list[RunObserver]]:
-    """What plugs into a supervised run: observability (Ray launcher, exporter, Prometheus,
-    hang watchdog) when the spec enables it, and alerts when it has a ``notify`` section."""
+def extensions(request: RunRequest) -> tuple[Launcher | None, list[RunObserver]]:
+    """What plugs into a supervised run: observability (Ray launcher, exporter, Prometheus) when the
+    bundle enables it, and alerts when its spec has a ``notify`` section."""
     from mxc.runtime import notify
 
     launcher: Launcher | None = None
     observers: list[RunObserver] = []
-    if spec.get("observability", {}).get("enabled"):
+    contract = request.contract
+    if contract.observability.enabled:
         from mxc.runtime.observe import observer as observe
 
-        launcher, found = observe.extensions(spec)
+        launcher, found = observe.extensions(contract)
         observers += found
-    return launcher, [*observers, *notify.observers(spec)]
+    return launcher, [*observers, *notify.observers(request.spec)]
 
 
 def exit_code(record: RunRecord) -> int:

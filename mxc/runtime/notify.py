@@ -269,16 +269,15 @@ def message(event: str, run: RunDir, record: RunRecord) -> str:
     return text + _triage_line(run, record)
 
 
-def hung_attempt(run: RunDir, number: int, tail: int = 1 << 16) -> bool:
-    """Whether the hang watchdog (mxc/runtime/observe/hang.py) declared attempt ``number`` hung: its log line."""
-    try:
-        with open(run.log, "rb") as fh:
-            size = fh.seek(0, 2)
-            fh.seek(max(0, size - tail))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return False
-    return f"[mxc] attempt {number}: no training step for " in text
+def hung_attempt(run: RunDir, number: int) -> bool:
+    """Whether the node program's hang watch stopped attempt ``number`` (a ``hang`` event of a rank)."""
+    from mxc.node import events as node_events
+
+    for path in sorted(run.path.glob("ranks/*/events.jsonl")):
+        found, _ = node_events.read(path, node_events.RANK_EVENTS)
+        if any(isinstance(e, node_events.HangDetected) and e.attempt == number for e in found):
+            return True
+    return False
 
 
 def end_event(record: RunRecord) -> str:
@@ -349,7 +348,7 @@ class NotifyObserver:
             deliver(self.config, "restart", run, record, key=f"restart:{number}", env=self.env)
 
     def on_attempt_end(self, run: RunDir, record: RunRecord, exit_code: int) -> None:
-        """A hang alert when the hang watchdog killed this attempt (other failures are alerted by
+        """A hang alert when the hang watch stopped this attempt (other failures are alerted by
         the restart that follows, or at the end)."""
         number = record.attempts[-1].number if record.attempts else 0
         if exit_code != 0 and hung_attempt(run, number):

@@ -1,7 +1,8 @@
 """Where everything of one run lives: ``$MXC_HOME/runs/<run-id>/``.
 
 One place names every path, so the supervisor, the backends, observability and triage
-agree on the layout without passing strings around.
+agree on the layout without passing strings around; what the node program writes is named by
+mxc/node/layout.py (shipped in every bundle), which these properties use.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from mxc.node import layout
 
 _RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}-[0-9a-f]{8}$")
 
@@ -61,8 +64,8 @@ class RunDir:
         return self.output / self.run_id / "tensorboard"
 
     def rank_dir(self, rank: int) -> Path:
-        """Per-rank files from entrypoint.sh: stages.tsv, preflight.json."""
-        return self.path / "ranks" / str(rank)
+        """Per-rank files from the node program: events.jsonl, preflight.json, kernel.<attempt>.log."""
+        return layout.rank_dir(self.path, rank)
 
     @property
     def tsdb(self) -> Path:
@@ -71,4 +74,4 @@ class RunDir:
     @property
     def stacks(self) -> Path:
         """Python/native stack dumps (hangs, fatal signals)."""
-        return self.path / "stacks"
+        return layout.stacks(self.path)

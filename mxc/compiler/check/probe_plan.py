@@ -15,7 +15,7 @@ from typing import Any
 from mxc.compiler.check.findings import Finding
 from mxc.compiler.check.runner import Checked
 from mxc.compiler.check.subject import FlagUse
-from mxc.compiler.render import maxtext_args
+from mxc.compiler.contract_build import maxtext_args
 from mxc.compiler.schema import JobSpec
 
 

@@ -8,8 +8,8 @@ from functools import lru_cache
 
 from mxc.compiler.check.catalogs import EnvVar, env_catalog
 from mxc.compiler.check.subject import Issue, Subject
+from mxc.compiler.contract_build import scalar_text
 from mxc.compiler.errors import did_you_mean
-from mxc.compiler.render import scalar_text
 
 _VENDOR_NAME = {"nvidia": "NVIDIA (CUDA)", "amd": "AMD (ROCm)"}
 _TOKEN_SPLIT = re.compile(r"[,;:^=\s]+")

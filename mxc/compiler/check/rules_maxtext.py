@@ -13,8 +13,8 @@ from functools import lru_cache
 
 from mxc.compiler.check.catalogs import MaxTextKey, maxtext_catalog, maxtext_catalog_names, maxtext_catalogs_with_key
 from mxc.compiler.check.subject import Issue, Subject
+from mxc.compiler.contract_build import scalar_text
 from mxc.compiler.errors import did_you_mean
-from mxc.compiler.render import scalar_text
 from mxc.compiler.schema import Scalar
 
 _INT = re.compile(r"[+-]?[0-9][0-9_]*")

@@ -24,8 +24,8 @@ from mxc.compiler.check.catalogs import (
 )
 from mxc.compiler.check.findings import Severity
 from mxc.compiler.check.xla_tokens import render_problem, split_flags
+from mxc.compiler.contract_build import scalar_text
 from mxc.compiler.loader import Path
-from mxc.compiler.render import scalar_text
 from mxc.compiler.schema import JobSpec
 
 Locate = Callable[[Path], tuple[str, int | None]]

@@ -11,9 +11,9 @@ import contextlib
 import os
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
+from mxc.node import layout
 from mxc.runtime import scratch
 from mxc.runtime.backends import (
     Plan,
@@ -41,15 +41,14 @@ class LocalBackend:
     name = "local"
 
     def plan(self, request: RunRequest) -> Plan:
-        spec = request.spec
-        nodes = int(spec.get("resources", {}).get("nodes", 1))
+        contract = request.contract
+        nodes = contract.nodes
         if nodes > 1:
             from mxc.errors import UserError
 
             raise UserError(f"bundle {request.bundle.hash[:12]} asks for {nodes} nodes; the local backend runs one",
                             "run it on Slurm: mxc run without --local")
         run = allocate_run_dir(request)
-        container = spec.get("runtime", {}).get("container", "native")
         env = {
             "MXC_RUN_DIR": str(run.path),
             "MXC_BUNDLE_DIR": str(request.bundle.path),
@@ -57,37 +56,37 @@ class LocalBackend:
             "MXC_JAX_CACHE": os.environ.get("MXC_JAX_CACHE") or str(request.home / "cache" / "jax"),
         }
         notes = []
-        if container == "native":
-            env["MXC_PYTHON"] = training_python(spec)
+        if contract.container.kind == "native":
+            env["MXC_PYTHON"] = training_python(contract)
         if request.code_commit:
             code_dir = codepin.store_dir(request.home, request.code_commit)
             env["MXC_CODE_DIR"] = str(code_dir)
             if not code_dir.exists():
                 notes.append(f"code commit {request.code_commit[:12]} will be exported to {code_dir} first")
         notes.append("MXC_ATTEMPT counts up on each automatic restart "
-                     f"(restart.max {spec.get('restart', {}).get('max', 0)})")
+                     f"(restart.max {contract.restart.max})")
         unset = sorted(k for k in os.environ if k.startswith(UNSET_PREFIXES))
         return Plan("local", run, ["bash", str(request.bundle.path / "entrypoint.sh")], env, run.path,
                     unset=unset, notes=notes)
 
     def run(self, request: RunRequest, plan: Plan) -> RunRecord:
-        spec = request.spec
+        contract = request.contract
         code = None
-        if request.code_commit:
-            code = codepin.materialise(request.home, str(spec["code"]["repo"]), request.code_commit).as_record()
+        if request.code_commit and contract.code.repo:
+            code = codepin.materialise(request.home, contract.code.repo, request.code_commit).as_record()
         run = plan.run_dir
         env = {k: v for k, v in os.environ.items() if k not in plan.unset}
         env.update(plan.env)
         record = RunRecord(
             run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend="local",
-            status="starting", started=now_iso(), command=plan.command, environment=recorded_environment(env, spec),
-            code=hostfacts.code_facts(spec, {}, code), rerun_of=request.rerun_of,
-            image=hostfacts.image_facts(spec, {}, hostfacts.lockfile_digest(request.bundle.path)),
+            status="starting", started=now_iso(), command=plan.command, environment=recorded_environment(env, request.spec),
+            code=hostfacts.code_facts(contract, {}, code), rerun_of=request.rerun_of,
+            image=hostfacts.image_facts(contract, {}, hostfacts.lockfile_digest(request.bundle.path)),
         )
         # Who writes this record, as an identity (pid + start time + boot id), not a bare pid:
         # tells a live run from a lost one, and `mxc cancel` signals only this very process.
         record.supervisor = {"host": os.uname().nodename, **ProcessId.this_process().as_record()}
-        record.tensorboard = str(_checkpoint_root(spec, run.path) / run.run_id / "tensorboard" / run.run_id)
+        record.tensorboard = str(layout.output(run.path, contract.checkpoint.dir) / run.run_id / "tensorboard" / run.run_id)
         create_run_dir(run, record)
         scratch.sweep()  # what earlier runs killed without a chance to clean up left in /tmp/mxc-<uid>
 
@@ -107,7 +106,7 @@ class LocalBackend:
 
     def _supervise(self, request: RunRequest, plan: Plan, record: RunRecord, env: dict[str, str],
                    code: dict[str, Any] | None) -> RunRecord:
-        spec, run, python = request.spec, plan.run_dir, plan.env.get("MXC_PYTHON")
+        contract, run, python = request.contract, plan.run_dir, plan.env.get("MXC_PYTHON")
         # Host facts cost a Python start and a package scan: gather them once training has
         # taken its first step, so they never compete with its start-up (time to first step).
         facts: dict[str, Any] = {}
@@ -124,15 +123,15 @@ class LocalBackend:
                 gather.join(timeout=60)
             if facts and not rec.host:
                 rec.host = dict(facts)
-                rec.image = hostfacts.image_facts(spec, facts, rec.image.get("lockfile"))
-                rec.code = hostfacts.code_facts(spec, facts, code)
+                rec.image = hostfacts.image_facts(contract, facts, rec.image.get("lockfile"))
+                rec.code = hostfacts.code_facts(contract, facts, code)
 
-        launcher, observers = extensions(spec)
+        launcher, observers = extensions(request)
         progress = None if request.quiet else ProgressBar(request.total_steps, sys.stderr)
         config = SupervisorConfig(
             argv=plan.command, env=env, cwd=plan.cwd,
-            max_restarts=int(spec.get("restart", {}).get("max", 0)), total_steps=request.total_steps,
-            checkpoints=_checkpoint_root(spec, run.path) / run.run_id / "checkpoints",
+            restart=contract.restart, total_steps=request.total_steps,
+            checkpoints=layout.checkpoints(run.path, contract.checkpoint.dir),
             before_save=with_facts, on_steps=start_gathering, before_attempt=lambda: _bundle_problem(request),
         )
         supervisor = Supervisor(run, record, config, launcher or LocalLauncher(), [*request.observers, *observers],
@@ -148,8 +147,3 @@ def _bundle_problem(request: RunRequest) -> str | None:
     if not problems:
         return None
     return f"bundle {request.bundle.hash[:12]} is damaged: {problems[0]} (check it with: mxc verify {request.bundle.hash[:12]})"
-
-
-def _checkpoint_root(spec: Any, run_path: Path) -> Path:
-    configured = spec.get("checkpoint", {}).get("dir")
-    return Path(configured) if configured else run_path / "output"

@@ -7,9 +7,11 @@ the run's output directory (same ``run_name`` and ``base_output_directory``), so
 is simply the same command with ``MXC_ATTEMPT`` incremented; the per-attempt metrics files
 are merged afterwards (``metrics_merge``).
 
-An attempt that fails without completing a single step and was not killed by a signal is
-not restarted: a bad config, a failed preflight or a missing image fails the same way
-every time. Ctrl-C, SIGTERM or SIGHUP stop the run: SIGTERM to the attempt's process
+Whether an attempt is restarted is the restart policy's decision (mxc/node/policy.py, the same
+function the batch side of a Slurm job uses; docs/restarts.md), taken on the cause the rank
+wrote into its exit event (``ranks/0/events.jsonl``): a hang, an infrastructure failure or a kill
+from outside restart; an application or configuration error, a failed stage or a train-stage
+timeout do not. Ctrl-C, SIGTERM or SIGHUP stop the run: SIGTERM to the attempt's process
 group, SIGKILL after a grace period (or at once on a second Ctrl-C); the record says
 ``cancelled``. Every state change rewrites ``record.json`` atomically; the last write
 sets ``final``.
@@ -28,6 +30,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from mxc.node import events, layout, outcome, policy
+from mxc.node.checkpoints import latest_checkpoint  # the one checkpoint scan (also the batch side's)
+from mxc.node.contract import Restart
 from mxc.runtime.hooks import Launcher, RunObserver, TrainingProcess
 from mxc.runtime.local.progress import ProgressBar
 from mxc.runtime.metrics_merge import write_merged
@@ -49,21 +54,12 @@ def signal_of(exit_code: int) -> str | None:
     return None
 
 
-def latest_checkpoint(checkpoints: Path) -> int | None:
-    """The newest finished MaxText (orbax) checkpoint step; unfinished saves have a suffix."""
-    try:
-        steps = [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit() and p.is_dir()]
-    except FileNotFoundError:
-        return None
-    return max(steps) if steps else None
-
-
 @dataclass
 class SupervisorConfig:
     argv: list[str]
     env: dict[str, str]  # complete environment of the training process, MXC_ATTEMPT excepted
     cwd: Path
-    max_restarts: int
+    restart: Restart  # the bundle's restart numbers (run.json)
     total_steps: int | None
     checkpoints: Path  # <base_output_directory>/<run_name>/checkpoints
     grace_seconds: float = 30.0
@@ -110,9 +106,12 @@ class Supervisor:
                     if code == 0:
                         self._finish("succeeded", 0, None)
                         break
-                    reason = self._no_restart_reason(code, follower)
-                    if reason:
-                        self._finish("failed", code, reason)
+                    decision = self._decide(attempt, code, follower)
+                    if decision.action == policy.DONE:
+                        self._finish("succeeded" if code == 0 else "failed", code, None if code == 0 else decision.reason)
+                        break
+                    if decision.action == policy.STOP:
+                        self._finish("failed", code, decision.reason)
                         break
                     attempt += 1
                     self.record.restarts = attempt
@@ -156,11 +155,20 @@ class Supervisor:
         if follower.restored_step is not None:
             attempt.resumed_from_step = follower.restored_step
         attempt.reason = None if code == 0 else f"exit {code}" + (f" ({attempt.signal})" if attempt.signal else "")
+        self._record_cause(number, code, attempt)
         self._merge_metrics()
         self._log_line(f"[mxc] attempt {number}: exit {code}" + (f" ({attempt.signal})" if attempt.signal else ""))
         self._save()
         self._notify("on_attempt_end", code)
         return code
+
+    def _record_cause(self, number: int, code: int, attempt: Attempt) -> None:
+        """Why the attempt ended, as its rank wrote it (before observers hear of the end: a hang is an alert)."""
+        ended = outcome.of_attempt(self.run.path, number, 1)
+        cause = policy.COMPLETED if code == 0 and ended.cause in (policy.COMPLETED, policy.STAGE_FAILED) else ended.cause
+        attempt.cause = cause  # type: ignore[attr-defined]  # Attempt allows extra fields
+        if cause == policy.HANG:
+            self._mark_hung(number, attempt)
 
     def _refuse(self, number: int, reason: str) -> None:
         """An attempt that must not start: recorded with its reason, and the run fails (no restart
@@ -197,21 +205,36 @@ class Supervisor:
                     killed = True
             time.sleep(self.config.poll_seconds)
 
-    def _no_restart_reason(self, code: int, follower: LogFollower) -> str | None:
+    def _decide(self, number: int, code: int, follower: LogFollower) -> policy.Decision:
+        """The restart policy's decision on this attempt, from the cause its rank recorded. The
+        returned reason of a stop says what happened and why it is not restarted."""
+        ended = outcome.of_attempt(self.run.path, number, 1)
+        cause = str((self.record.attempts[-1].model_extra or {}).get("cause", ended.cause))
+        restart = self.config.restart
+        decision = policy.decide(policy.Situation(
+            cause=cause, restarts=number, restart_max=restart.max, checkpoint=latest_checkpoint(self.config.checkpoints),
+            final_step=restart.final_step, checkpointing=restart.checkpointing))
+        if decision.action != policy.STOP:
+            return decision
         sig = signal_of(code)
         what = f"training exited with {code}" + (f" ({sig})" if sig else "")
         why = None if sig else follower.failure_reason()
-        because = f": {why}" if why else ""
-        if self.record.restarts >= self.config.max_restarts:
-            limit = self.config.max_restarts
-            return what + (f" and restart.max ({limit}) is reached" if limit else "") + because
-        if not follower.steps_seen and sig is None:
-            return what + " before completing a step; not restarting, it would fail the same way" + because
-        last = latest_checkpoint(self.config.checkpoints)
-        total = self.config.total_steps
-        if total is not None and last is not None and last >= total - 1:
-            return what + f" after its final checkpoint (step {last}); nothing is left to resume"
-        return None
+        detail = f": {why}" if why else (f": {ended.detail}" if ended.detail else "")
+        return policy.Decision(decision.action, f"{what} ({cause.replace('_', ' ')}){detail}; not restarted: {decision.reason}")
+
+    def _mark_hung(self, number: int, attempt: Attempt) -> None:
+        found, _ = events.read(layout.rank_events(self.run.path, 0), events.RANK_EVENTS)
+        hangs = [e for e in found if isinstance(e, events.HangDetected) and e.attempt == number]
+        if not hangs:
+            return
+        hang = hangs[-1]
+        what = "no training output" if hang.phase == "init" else "no training step"
+        limit = "runtime.hang.init_timeout" if hang.phase == "init" else "runtime.hang.step_timeout"
+        attempt.hung = True  # type: ignore[attr-defined]
+        attempt.idle_seconds = hang.idle_seconds  # type: ignore[attr-defined]
+        attempt.stacks = hang.stacks  # type: ignore[attr-defined]
+        attempt.reason = f"hung: {what} for {hang.idle_seconds:.0f}s ({limit} {hang.limit_s}s); killed; stacks in " \
+                         f"{layout.stacks(self.run.path)}"
 
     # ---- record, log, observers
 
@@ -219,7 +242,7 @@ class Supervisor:
         self._merge_metrics()
         last = self.record.attempts[-1] if self.record.attempts else None
         if status == "failed" and last is not None and (last.model_extra or {}).get("hung"):
-            status = "hung"  # the hang watchdog (mxc.runtime.observe.observer) killed the last attempt
+            status = "hung"  # the node program's hang watch stopped the last attempt
             why = (last.reason or "").removeprefix("hung: ")
             message = f"{why}; {message}" if message else why
         self.record.status = status  # type: ignore[assignment]

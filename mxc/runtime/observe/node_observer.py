@@ -1,25 +1,20 @@
 """Observability on the nodes of a Slurm job: one exporter per node, the run's Prometheus on the first.
 
 On the local backend the supervisor's ``Observability`` observer starts everything. A Slurm
-job has no supervisor on the nodes, so ``entrypoint.sh`` starts this module in the background
-on every node before training (``job.sbatch`` sets ``MXC_OBSERVE_NODES=1`` when the spec has
-observability on) and sends it SIGTERM when training ends:
+job has no supervisor on the nodes, so each rank of the node program (mxc/node/rank.py) starts
+this module in the background before training (the batch side sets ``MXC_OBSERVE_NODES=1`` when
+the bundle has observability on) and sends it SIGTERM when training ends:
 
 * every node serves its exporter (this rank's metrics file, host and GPU plugins) and writes
   its file_sd target into ``<run>/prometheus/targets/exporter-<node>.json``;
 * the nodes form the job's Ray cluster: the head on node rank 0 (its address and the run's
   token in ``observability/ray-cluster.json``, mode 0600, removed at the end), every other
-  node joins it; each node's Ray metrics become a Prometheus target, and ``entrypoint.sh``
-  runs the rank's training as a subprocess of a Ray actor on its node
+  node joins it; each node's Ray metrics become a Prometheus target, and the rank
+  runs its training as a subprocess of a Ray actor on its node
   (``mxc.runtime.observe.ray_node_launch``);
 * node rank 0 also runs Prometheus on the run's TSDB (``<run>/prometheus/data``, a shared
   file system on a cluster), so ``mxc metrics`` / ``mxc report`` / ``mxc dashboard`` read a
   Slurm run exactly like a local one; a requeued job reopens the same TSDB;
-* every node watches its rank for a hang: no new step in its metrics file for
-  ``observability.hang_timeout`` seconds after the first one. It then writes the hang into the
-  rank's log and events, dumps the trainer's Python stacks into ``<run>/stacks/`` and kills the
-  trainer; ``srun --kill-on-bad-exit`` ends the step everywhere and ``job.sbatch`` requeues
-  (bounded by ``restart.max``), resuming from the last checkpoint;
 * on SIGTERM, rank 0 waits (bounded) for one scrape after the end of training, then all stop.
 
 Each node writes ``<run>/observability/node-<node>.json`` (ports, URLs, errors), which the
@@ -44,17 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from mxc.fsutil import write_atomic, write_json_atomic
+from mxc.node.contract import FILE as CONTRACT_FILE
 from mxc.runtime import scratch
-from mxc.runtime.observe.hang import HangWatchdog, dump_pids
+from mxc.runtime.contract import parse as parse_contract
 from mxc.runtime.observe.observer import Observability, observability_dir
 from mxc.runtime.observe.prometheus import write_targets
 from mxc.runtime.observe.ray_launcher import HEAD_TIMEOUT, RayHead
 from mxc.runtime.observe.ray_node_launch import CLUSTER_FILE, NODE_FILE
-from mxc.runtime.procfs import ProcessId
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.slurm.events import NODE_STATUS
 
-TRAINER = b"maxtext.trainers.pre_train.train"
 SIOCGIFADDR = 0x8915
 
 
@@ -73,15 +67,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     run = RunDir(args.run_dir)
-    spec: dict[str, Any] = json.loads((args.bundle_dir / "spec.json").read_text())
-    observer = Observability(spec, bundle_dir=args.bundle_dir)
+    contract = parse_contract((args.bundle_dir / CONTRACT_FILE).read_text("utf-8"))
+    observer = Observability(contract.observability, contract.name, bundle_dir=args.bundle_dir)
     observer.node = args.node
     observer.exporter_args = ["--rank", str(args.rank)]
     obs_dir = observability_dir(run)
     obs_dir.mkdir(parents=True, exist_ok=True)
     status = obs_dir / NODE_STATUS.format(node=args.node)
     stop = _stop_requested()
-    observer.info = {"node": args.node, "rank": args.rank, "scrape_interval": observer.settings["scrape_interval"],
+    observer.info = {"node": args.node, "rank": args.rank, "scrape_interval": observer.settings.scrape_interval,
                      "errors": observer.errors}
     ray_node: RayHead | None = None
     try:  # Ray starts in this thread (its processes die with it); the head while the rest comes up
@@ -102,13 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     "head": args.head}
     except Exception as exc:
         _ray_failed(run, args, observer, exc)
-    metrics = run.metrics_parts / f"attempt-{args.attempt}.rank-{args.rank}.jsonl"
-    watchdog = HangWatchdog(lambda: _size(metrics), observer.settings["hang_timeout"],
-                            lambda idle: _hung(run, args, observer.settings["hang_timeout"], idle)).start()
     write_json_atomic(status, observer.info)
     while not stop():
         time.sleep(0.2)
-    watchdog.stop()
     if args.head and observer.prometheus is not None and observer.exporter is not None:
         observer.wait_for_scrape_after(time.time())
     observer.stop()
@@ -189,52 +179,6 @@ def _wait_json(path: Path, seconds: float, what: str) -> dict[str, Any]:
             return data
         time.sleep(0.2)
     raise RuntimeError(f"{what} did not come up in {seconds:.0f}s ({path} missing)")
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def trainer_pid(run: RunDir, rank: int) -> int | None:
-    """MaxText's process of this rank: its environment names the run and the rank."""
-    want = (f"MXC_RUN_DIR={run.path}".encode(), f"SLURM_PROCID={rank}".encode())
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        # python -m maxtext...: not the timeout/bash stages nor the Ray wrapper that carry it in their arguments
-        if all(w in environ for w in want) and cmdline[1:3] == [b"-m", TRAINER]:
-            return int(entry.name)
-    return None
-
-
-def _hung(run: RunDir, args: argparse.Namespace, timeout: float, idle: float) -> None:
-    rank_dir = run.path / "ranks" / str(args.rank)
-    line = (f"[mxc {args.node} rank {args.rank}] attempt {args.attempt}: no training step for {idle:.0f}s "
-            f"(observability.hang_timeout {timeout:g}s): hung; dumping stacks, killing it")
-    print(line, flush=True)
-    with open(rank_dir / "hang.log", "a") as fh:
-        fh.write(line + "\n")
-    pid = trainer_pid(run, args.rank)
-    trainer = ProcessId.capture(pid) if pid is not None else None  # the stack dump takes a while
-    dumps = []
-    if pid is not None:
-        with contextlib.suppress(Exception):
-            dumps = dump_pids([pid], run.stacks, f"hang.rank-{args.rank}.attempt-{args.attempt}", run.log)
-    event = {"event": "hang", "rank": args.rank, "node": args.node, "attempt": args.attempt,
-             "job_id": os.environ.get("SLURM_JOB_ID", ""), "time": time.time(), "idle_seconds": round(idle, 1),
-             "pid": pid, "stacks": [str(d.path) for d in dumps]}
-    with open(rank_dir / "events.jsonl", "a") as fh:  # the entrypoint's format; job.sbatch greps for it
-        fh.write(json.dumps(event) + "\n")
-    if trainer is not None:
-        trainer.send(signal.SIGKILL)  # only if it is still that process
 
 
 def _stop_requested() -> Any:

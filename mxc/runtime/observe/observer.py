@@ -1,7 +1,7 @@
-"""Observability for one run: the exporter, a Prometheus TSDB in the run directory, Ray, hangs.
+"""Observability for one run: the exporter, a Prometheus TSDB in the run directory, Ray.
 
-``extensions(spec)`` is what the local backend calls (``mxc.runtime.backends.extensions``)
-when the spec sets ``observability.enabled``: it returns the Ray launcher and the
+``extensions(contract)`` is what the local backend calls (``mxc.runtime.backends.extensions``)
+when the bundle has ``observability.enabled``: it returns the Ray launcher and the
 ``Observability`` observer. The observer
 
 * on start: starts the exporter (``python -m mxc.runtime.observe.exporter``) and Prometheus on the
@@ -9,8 +9,8 @@ when the spec sets ``observability.enabled``: it returns the Ray launcher and th
   bring up Ray in the background (its metrics become a target too), and records URLs,
   ports and process identities (pid, start time, boot id) in ``record.observability``;
   every helper carries ``MXC_RUN_DIR`` in its environment, like the training;
-* per attempt: appends to the run's event file (restarts become annotations) and runs the
-  hang watchdog (``mxc.runtime.observe.hang``);
+* per attempt: appends to the run's event file (restarts and hangs become annotations; hangs
+  are found by the node program's hang watch on every rank, mxc/node/trainer.py);
 * at the end: waits (bounded) until Prometheus has scraped once after training ended, so
   the TSDB holds the final step, then stops what it started. The TSDB stays in the run
   directory; ``mxc metrics`` / ``mxc dashboard`` reopen it later.
@@ -30,15 +30,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from mxc.fsutil import write_json_atomic
+from mxc.node.contract import Observability as ObservabilitySettings
+from mxc.node.contract import RunContract
 from mxc.runtime.hooks import TrainingProcess
 from mxc.runtime.lifetime import tied_to_caller
 from mxc.runtime.observe import run_events
-from mxc.runtime.observe.hang import HangWatchdog, dump_stacks
 from mxc.runtime.observe.prometheus import PrometheusServer, write_targets
 from mxc.runtime.observe.ray_launcher import RayHead, RayLauncher
 from mxc.runtime.procfs import ProcessId
@@ -48,9 +48,9 @@ from mxc.runtime.rundir import RunDir
 EXPORTER_READY_TIMEOUT = 60.0
 
 
-def extensions(spec: Mapping[str, Any]) -> tuple[RayLauncher, list[Observability]]:
+def extensions(contract: RunContract) -> tuple[RayLauncher, list[Observability]]:
     launcher = RayLauncher()
-    return launcher, [Observability(spec, launcher)]
+    return launcher, [Observability(contract.observability, contract.name, launcher)]
 
 
 def observability_dir(run: RunDir) -> Path:
@@ -65,25 +65,13 @@ def tsdb_data(run: RunDir) -> Path:
     return run.tsdb / "data"
 
 
-def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
-    obs = dict(spec.get("observability", {}))
-    return {
-        "bind": obs.get("bind", "127.0.0.1"),
-        "exporter_port": int(obs.get("exporter_port", 9400)),
-        "prometheus_port": int(obs.get("prometheus_port", 9190)),
-        "scrape_interval": int(obs.get("scrape_interval", 10)),
-        "plugins": list(obs.get("plugins", ["host", "gpu", "tensorboard"])),
-        "hang_timeout": float(obs.get("hang_timeout", 900)),
-    }
-
-
 class Observability:
     """A ``RunObserver``; see the module docstring."""
 
-    def __init__(self, spec: Mapping[str, Any], launcher: RayLauncher | None = None,
+    def __init__(self, settings: ObservabilitySettings, name: str, launcher: RayLauncher | None = None,
                  bundle_dir: Path | None = None) -> None:
-        self.spec = spec
-        self.settings = _settings(spec)
+        self.name = name
+        self.settings = settings
         self.launcher = launcher
         self.bundle_dir = bundle_dir
         self.node = socket.gethostname()
@@ -91,8 +79,7 @@ class Observability:
         self.prometheus: PrometheusServer | None = None
         self.info: dict[str, Any] = {}
         self.errors: list[str] = []
-        self.watchdog: HangWatchdog | None = None
-        self.hung: dict[int, dict[str, Any]] = {}
+        self.hangs = 0
         self.run: RunDir | None = None
         self.exporter_args: list[str] = []
 
@@ -107,8 +94,8 @@ class Observability:
             self.launcher.on_ready.append(self._ray_ready)
             self.launcher.prepare(run.path)
         bundle = self._bundle_dir(record)
-        self.info = {"scrape_interval": self.settings["scrape_interval"], "hang_timeout": self.settings["hang_timeout"],
-                     "events": str(obs_dir / run_events.EVENTS), "tsdb": str(tsdb_data(run)), "errors": self.errors}
+        self.info = {"scrape_interval": self.settings.scrape_interval, "events": str(obs_dir / run_events.EVENTS),
+                     "tsdb": str(tsdb_data(run)), "errors": self.errors}
         self.start_services(run, bundle)
         record.observability = self.info
 
@@ -116,39 +103,20 @@ class Observability:
         number = record.attempts[-1].number if record.attempts else 0
         run_events.append(observability_dir(run) / run_events.EVENTS, "attempt_start", attempt=number,
                           resumed_from_step=record.attempts[-1].resumed_from_step if record.attempts else None)
-        parts = run.metrics_parts
-
-        def progress() -> int:
-            total = 0
-            for path in parts.glob(f"attempt-{number}.rank-*.jsonl"):
-                with contextlib.suppress(OSError):
-                    total += path.stat().st_size
-            return total
-
-        def on_hang(idle: float) -> None:
-            self._hang(run, number, process, idle)
-
-        self.watchdog = HangWatchdog(progress, self.settings["hang_timeout"], on_hang).start()
         if self.launcher is not None:
             self.info["ray"] = self.launcher.describe()
             if "error" in self.info["ray"] and not any(e.startswith("ray:") for e in self.errors):
                 self.errors.append(f"ray: {self.info['ray']['error']}")
 
     def on_attempt_end(self, run: RunDir, record: RunRecord, exit_code: int) -> None:
-        if self.watchdog is not None:
-            self.watchdog.stop()
-            self.watchdog = None
         number = record.attempts[-1].number if record.attempts else 0
+        attempt = record.attempts[-1] if record.attempts else None
+        if attempt is not None and (attempt.model_extra or {}).get("hung"):  # the supervisor read the rank's hang event
+            self.hangs += 1
+            run_events.append(observability_dir(run) / run_events.EVENTS, "hang", attempt=number,
+                              idle_seconds=(attempt.model_extra or {}).get("idle_seconds"))
         run_events.append(observability_dir(run) / run_events.EVENTS, "attempt_end", attempt=number, exit_code=exit_code)
-        hang = self.hung.get(number)
-        if hang and record.attempts:
-            attempt = record.attempts[-1]
-            attempt.reason = (f"hung: no training step for {hang['idle_seconds']:.0f}s "
-                              f"(observability.hang_timeout {self.settings['hang_timeout']:g}s); killed; "
-                              f"stacks in {hang['stacks_dir']}")
-            attempt.hung = True  # type: ignore[attr-defined]  # Attempt allows extra fields
-            attempt.stacks = hang["stacks"]  # type: ignore[attr-defined]
-        self.info["hangs"] = len(self.hung)
+        self.info["hangs"] = self.hangs
 
     def on_end(self, run: RunDir, record: RunRecord) -> None:
         ended = time.time()
@@ -202,8 +170,8 @@ class Observability:
         config = bundle / "exporter.json" if bundle else None
         if config is None or not config.exists():
             config = obs_dir / "exporter.json"
-            write_json_atomic(config, {"bind": self.settings["bind"], "port": self.settings["exporter_port"],
-                                       "plugins": self.settings["plugins"]})
+            write_json_atomic(config, {"bind": self.settings.bind, "port": self.settings.exporter_port,
+                                       "plugins": self.settings.plugins})
         ready.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "mxc.runtime.observe.exporter", "--config", str(config), "--run-dir", str(run.path),
                 "--ready-file", str(ready), *self.exporter_args]
@@ -241,9 +209,9 @@ class Observability:
             shutil.copyfile(source, config)
             config.chmod(0o644)
         else:
-            config.write_text(default_config(self.settings["scrape_interval"], str(self.spec.get("name", "run"))))
-        self.prometheus = PrometheusServer.start(config, tsdb_data(run), self.settings["bind"],
-                                                 self.settings["prometheus_port"], home / "prometheus.log",
+            config.write_text(default_config(self.settings.scrape_interval, self.name))
+        self.prometheus = PrometheusServer.start(config, tsdb_data(run), self.settings.bind,
+                                                 self.settings.prometheus_port, home / "prometheus.log",
                                                  env=_marked(run))
         self.info["prometheus"] = {"url": self.prometheus.url, "port": self.prometheus.port,
                                    **_identity(self.prometheus.process.pid), "config": str(config),
@@ -255,25 +223,10 @@ class Observability:
         write_targets(prometheus_dir(self.run) / "targets", f"ray-{self.node}", [f"{head.bind}:{head.metrics_port}"],
                       {"run": self.run.run_id, "node": self.node})
 
-    def _hang(self, run: RunDir, number: int, process: TrainingProcess, idle: float) -> None:
-        label = f"attempt-{number}"
-        run_events.append(observability_dir(run) / run_events.EVENTS, "hang", attempt=number, idle_seconds=idle)
-        _log_line(run, f"[mxc] attempt {number}: no training step for {idle:.0f}s "
-                       f"(observability.hang_timeout {self.settings['hang_timeout']:g}s): hung; dumping stacks, killing it")
-        dumps = []
-        if process.pid is not None:
-            try:
-                dumps = dump_stacks(process.pid, run.stacks, label, run.log)
-            except Exception as exc:
-                self._error(f"stack dump: {exc}")
-        self.hung[number] = {"idle_seconds": idle, "stacks_dir": str(run.stacks),
-                             "stacks": [{"pid": d.pid, "file": str(d.path), "method": d.method, "ok": d.ok} for d in dumps]}
-        process.send_signal(signal.SIGKILL)
-
     def wait_for_scrape_after(self, when: float) -> None:
         """Until Prometheus holds a sample scraped after ``when`` (so it has the final step), bounded."""
         assert self.prometheus is not None
-        deadline = time.monotonic() + 2 * self.settings["scrape_interval"] + 5
+        deadline = time.monotonic() + 2 * self.settings.scrape_interval + 5
         expr = 'timestamp(mxc_exporter_plugin_up{plugin="run"})'
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
@@ -284,8 +237,6 @@ class Observability:
         self._error("no scrape after the end of training was seen; the TSDB may miss the last steps")
 
     def stop(self) -> None:
-        if self.watchdog is not None:
-            self.watchdog.stop()
         if self.exporter is not None and self.exporter.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.exporter.send_signal(signal.SIGTERM)

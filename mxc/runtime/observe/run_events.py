@@ -62,7 +62,7 @@ class RunEventsCollector:
             out.append(GaugeMetricFamily("mxc_run_attempt", "current attempt (0 = first start)", value=self.attempt))
         out.append(CounterMetricFamily("mxc_run_restarts", "automatic restarts so far",
                                        value=max(0, len(self.attempt_started) - 1)))
-        out.append(CounterMetricFamily("mxc_run_hangs", "hangs detected (no step for observability.hang_timeout)",
+        out.append(CounterMetricFamily("mxc_run_hangs", "hangs detected (the node program's hang watch: runtime.hang)",
                                        value=self.hangs))
         out.append(GaugeMetricFamily("mxc_run_training", "1 while a training attempt runs", value=1 if self.running else 0))
         started = GaugeMetricFamily("mxc_run_attempt_start_timestamp_seconds", "start of each attempt (annotation)",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mxc.fsutil import loads
+from mxc.node.contract import RunContract
 
 KEY_PACKAGES = ("jax", "jaxlib", "maxtext", "flax", "optax", "orbax-checkpoint", "numpy")
 
@@ -128,13 +129,13 @@ def lockfile_digest(bundle_dir: Path) -> str | None:
         return None
 
 
-def image_facts(spec: Mapping[str, Any], host: Mapping[str, Any], lockfile: str | None = None) -> dict[str, Any]:
+def image_facts(contract: RunContract, host: Mapping[str, Any], lockfile: str | None = None) -> dict[str, Any]:
     """record.image: the container image pinned by digest, or for native runs the environment digest;
     plus the bundle's lockfile hash when it was built from one."""
-    image = spec.get("image") or {}
-    out: dict[str, Any] = {"container": spec.get("runtime", {}).get("container", "native")}
-    if image:
-        out.update(ref=image.get("ref"), digest=image.get("digest"))
+    c = contract.container
+    out: dict[str, Any] = {"container": c.kind}
+    if c.image_ref:
+        out.update(ref=c.image_ref, digest=c.image_digest)
     if lockfile:
         out["lockfile"] = lockfile
     digest = (host.get("python") or {}).get("environment_digest")
@@ -143,11 +144,11 @@ def image_facts(spec: Mapping[str, Any], host: Mapping[str, Any], lockfile: str 
     return out
 
 
-def code_facts(spec: Mapping[str, Any], host: Mapping[str, Any], pinned: Mapping[str, Any] | None) -> dict[str, Any]:
+def code_facts(contract: RunContract, host: Mapping[str, Any], pinned: Mapping[str, Any] | None) -> dict[str, Any]:
     """record.code: the pinned commit's export, or the maxtext release the spec pins and what is installed."""
     if pinned:
         return dict(pinned)
-    wanted = spec.get("code", {}).get("maxtext_version")
+    wanted = contract.code.maxtext_version
     if not wanted:
         return {}
     python = host.get("python") or {}

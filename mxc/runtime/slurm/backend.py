@@ -33,8 +33,10 @@ from typing import Any
 
 from mxc.compiler.secretscan import redact_secrets
 from mxc.errors import UserError, cannot_write
+from mxc.node.contract import RunContract
 from mxc.runtime.backends import DEFAULT_PYTHON, Plan, RunRequest, allocate_run_dir, create_run_dir, recorded_environment
 from mxc.runtime.metrics_merge import write_merged
+from mxc.runtime.provenance import hostfacts
 from mxc.runtime.provenance.environment import scrubbed
 from mxc.runtime.record import RunRecord, iso_time, now_iso
 from mxc.runtime.rundir import RunDir
@@ -62,7 +64,7 @@ class SlurmPlan(Plan):
         return {**super().as_dict(), "script_path": str(self.script_path), "script": self.script}
 
 
-def node_python(spec: Mapping[str, Any]) -> str | None:
+def node_python(contract: RunContract) -> str | None:
     """The interpreter compute nodes use for a native run, or None to leave it to the spec.
 
     ``$MXC_PYTHON`` wins; with the spec's default ``python3``, the interpreter running mxc
@@ -71,7 +73,7 @@ def node_python(spec: Mapping[str, Any]) -> str | None:
     """
     if os.environ.get("MXC_PYTHON"):
         return os.environ["MXC_PYTHON"]
-    configured = str(spec.get("runtime", {}).get("python", DEFAULT_PYTHON))
+    configured = contract.container.python
     if configured == DEFAULT_PYTHON and importlib.util.find_spec("maxtext") is not None:
         return sys.executable
     return None
@@ -79,7 +81,7 @@ def node_python(spec: Mapping[str, Any]) -> str | None:
 
 def job_exports(request: RunRequest, run: RunDir, resubmits: int = 0) -> dict[str, str]:
     """The variables the job gets on top of the submitting environment (sbatch --export=ALL,...)."""
-    spec = request.spec
+    contract = request.contract
     env = {
         "MXC_BUNDLE_DIR": str(request.bundle.path),
         "MXC_RUN_DIR": str(run.path),
@@ -87,11 +89,11 @@ def job_exports(request: RunRequest, run: RunDir, resubmits: int = 0) -> dict[st
         "MXC_RESUBMITS": str(resubmits),
         "MXC_JAX_CACHE": os.environ.get("MXC_JAX_CACHE") or str(request.home / "cache" / "jax"),
     }
-    if spec.get("runtime", {}).get("container", "native") == "native":
-        python = node_python(spec)
+    if contract.container.kind == "native":
+        python = node_python(contract)
         if python:
             env["MXC_PYTHON"] = python
-    if spec.get("observability", {}).get("enabled"):
+    if contract.observability.enabled:
         # The nodes' exporter and Prometheus run mxc itself: this interpreter, on the shared file system.
         env["MXC_AGENT_PYTHON"] = sys.executable
     if request.code_commit:
@@ -125,30 +127,31 @@ class SlurmBackend:
         notes = [f"bundle {request.bundle.hash[:12]} ({request.spec_name}); the job appends its output to {run.log}"]
         if "MXC_PYTHON" in exports:
             notes.append(f"compute nodes run {exports['MXC_PYTHON']} (must exist there: shared file system)")
-        restart_max = request.spec.get("restart", {}).get("max", 0)
-        notes.append(f"requeue on node failure, preemption, or the time limit after a checkpoint: at most {restart_max}")
+        notes.append("requeue on node failure, preemption, a hang, an infrastructure failure, or the time limit after a "
+                     f"checkpoint (docs/restarts.md): at most {request.contract.restart.max}")
         script_path = request.bundle.path / "job.sbatch"
         return SlurmPlan("slurm", run, argv, {}, run.path, notes=notes, script_path=script_path,
                          script=script_path.read_text("utf-8"))
 
     def run(self, request: RunRequest, plan: Plan) -> RunRecord:
         slurm_query.require("sbatch")
-        spec = request.spec
+        contract = request.contract
         pinned = None
-        if request.code_commit:
+        if request.code_commit and contract.code.repo:
             from mxc.runtime.provenance import codepin
 
-            pinned = codepin.materialise(request.home, str(spec["code"]["repo"]), request.code_commit)
+            pinned = codepin.materialise(request.home, contract.code.repo, request.code_commit)
         run = plan.run_dir
         exports = job_exports(request, run)
         record = RunRecord(
             run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend="slurm",
             status="submitted", started=now_iso(), command=[redact_secrets(arg) for arg in plan.command],
-            environment=recorded_environment({**os.environ, **exports}, spec),
-            code=pinned.as_record() if pinned else _code_facts(spec), image=_image_facts(spec),
+            environment=recorded_environment({**os.environ, **exports}, request.spec),
+            code=pinned.as_record() if pinned else hostfacts.code_facts(contract, {}, None),
+            image=hostfacts.image_facts(contract, {}),
             rerun_of=request.rerun_of,
-            slurm={"jobs": [], "exports": scrubbed(exports), "partition": spec.get("resources", {}).get("partition"),
-                   "restart_max": int(spec.get("restart", {}).get("max", 0))},
+            slurm={"jobs": [], "exports": scrubbed(exports), "partition": contract.slurm.partition,
+                   "restart_max": contract.restart.max},
         )
         record.tensorboard = str(run.tensorboard() / run.run_id)
         create_run_dir(run, record)  # before submitting: a job never runs without its run directory and record
@@ -175,19 +178,6 @@ class SlurmBackend:
             print(f"mxc: submitted Slurm job {job_id} for run {run.run_id}; follow it with: mxc logs {run.run_id} -f; "
                   f"`mxc watch {run.run_id}` keeps its record, alerts and resubmissions going", file=sys.stderr)
         return record
-
-
-def _code_facts(spec: Mapping[str, Any]) -> dict[str, Any]:
-    code = spec.get("code", {})
-    return {"maxtext_version": code.get("maxtext_version")} if code.get("maxtext_version") else {}
-
-
-def _image_facts(spec: Mapping[str, Any]) -> dict[str, Any]:
-    image = spec.get("image")
-    container = spec.get("runtime", {}).get("container", "native")
-    if image:
-        return {"container": container, "ref": image.get("ref"), "digest": image.get("digest")}
-    return {"container": container}
 
 
 # ---- keeping the record current
@@ -264,8 +254,7 @@ def _update(run: RunDir, record: RunRecord) -> dict[str, Any] | None:
     slurm["log"] = log.as_dict()
     record.slurm = slurm
     history: dict[str, list[str]] = {}
-    starts = [e for e in files.batch if e.get("event") == "start"]
-    if any(int(e.get("restart", 0)) > 0 for e in starts) or state.ended:
+    if any(e.attempt > 0 for e in files.starts()) or state.ended:
         history = {str(j["job_id"]): slurm_query.history(str(j["job_id"])) for j in slurm.get("jobs", [])}
     slurm_events.apply(record, files, log, history)
     if observed := slurm_events.observability(run):
@@ -297,8 +286,8 @@ def _update(run: RunDir, record: RunRecord) -> dict[str, Any] | None:
 
 
 def _finish(record: RunRecord, state: JobState, files: slurm_events.JobFiles) -> None:
-    ends = [e for e in files.batch if e.get("event") == "end"]
-    rc = int(ends[-1]["rc"]) if ends and str(ends[-1].get("job_id")) == state.job_id else state.exit_code
+    ends = files.ends()
+    rc = ends[-1].rc if ends and ends[-1].job_id == state.job_id else state.exit_code
     status = state.status
     if files.cancel_requested and status != "succeeded":
         status = "cancelled"

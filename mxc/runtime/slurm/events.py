@@ -1,67 +1,119 @@
 """What a Slurm job wrote into its run directory, folded into the run record.
 
-The job runs on compute nodes without mxc, so it leaves plain files (see docs/slurm.md):
+The job runs on compute nodes without mxc; its node program (mxc/node/) leaves plain files,
+whose layout and event types are defined once, in mxc/node/layout.py and mxc/node/events.py:
 
-* ``batch.jsonl``: the batch shell's events (start of each attempt with restart count,
-  nodes and coordinator; the USR2 signal and its cause; requeue decisions; the end).
-* ``ranks/<rank>/events.jsonl``: each rank's start and exit, with the stage it exited in.
-* ``ranks/<rank>/preflight.json``: the node checks of the latest attempt.
+* ``batch.jsonl``: the batch side's events (each start with its restart count, nodes and
+  coordinator; USR2 and its cause; the restart policy's decision and how a requeue was done; the end);
+* ``ranks/<rank>/events.jsonl``: each rank's start, stages, hang and exit (stage, exit code, cause);
+* ``ranks/<rank>/preflight.json``: the node checks of the latest attempt;
+* ``train.log``: read incrementally for each restart's resumed checkpoint and last step.
 
-Each ``mxc`` command that looks at a live Slurm run reads them again (they are small) and
-derives attempts, restarts, which rank died first, and the message of a failure.
+Event lines are validated here by pydantic over the node program's dataclasses; a line that does
+not validate is reported in ``record.slurm["invalid_events"]``, never guessed at.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from mxc.fsutil import open_regular, read_json, read_jsonl
+from pydantic import Field, TypeAdapter, ValidationError
+
+from mxc.fsutil import open_regular, read_json, read_text
+from mxc.node import events as ev
+from mxc.node import layout, policy
 from mxc.runtime.record import Attempt, RunRecord, iso_time
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.trainlog import RESTORE_LINE, STEP_PREFIX
 
-BATCH_EVENTS = "batch.jsonl"
-RESUBMIT_REQUEST = "resubmit.request"
-CANCEL_REQUEST = "cancel.request"
+BATCH_EVENTS = layout.BATCH_EVENTS
+RESUBMIT_REQUEST = layout.RESUBMIT_REQUEST
+CANCEL_REQUEST = layout.CANCEL_REQUEST
 NODE_STATUS = "node-{node}.json"  # observability/, written by mxc/runtime/observe/node_observer.py on each node
+MAX_PROBLEMS = 20
+MAX_EVENTS_BYTES = 64 << 20  # far more than any job writes
+
+BatchEvent = Annotated[
+    ev.BatchStart | ev.Refused | ev.SignalReceived | ev.Decision | ev.Requeue | ev.Terminated | ev.End,
+    Field(discriminator="event"),
+]
+RankEvent = Annotated[
+    ev.RankStart | ev.StageStart | ev.StageEnd | ev.ImageReady | ev.BarrierPassed | ev.HangDetected | ev.RankExit,
+    Field(discriminator="event"),
+]
+BATCH_ADAPTER: TypeAdapter[Any] = TypeAdapter(BatchEvent)
+RANK_ADAPTER: TypeAdapter[Any] = TypeAdapter(RankEvent)
 
 _BATCH_START = re.compile(r"\[mxc batch \d+\] nodes .* restart (\d+) of at most")
 _SRUN_TASK_ERROR = re.compile(r"^srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)$")
+
+
+def read_events(path: Path, adapter: TypeAdapter[Any], label: str | None = None) -> tuple[list[Any], list[str]]:
+    """Every complete line of an event file, validated; and ``label:N: why`` for each line that is not
+    an event (a last line without its newline is still being written, and waits for the next read)."""
+    try:
+        text = read_text(path, MAX_EVENTS_BYTES)  # a regular file only (never hang on a FIFO), bounded
+    except OSError:
+        return [], []
+    label = label or path.name
+    found: list[Any] = []
+    problems: list[str] = []
+    for number, line in enumerate(text.split("\n")[:-1], 1):
+        if not line.strip():
+            continue
+        try:
+            found.append(adapter.validate_json(line))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "line"
+            problems.append(f"{label}:{number}: {where}: {first.get('msg')}")
+    return found, problems
 
 
 @dataclass
 class JobFiles:
     """Everything the job wrote, read once per refresh."""
 
-    batch: list[dict[str, Any]]
-    ranks: dict[int, list[dict[str, Any]]]
+    batch: list[Any]
+    ranks: dict[int, list[Any]]
     preflight: dict[int, dict[str, Any]]
     resubmit_request: dict[str, Any] | None
     cancel_requested: bool
+    problems: list[str] = field(default_factory=list)
 
     @classmethod
     def read(cls, run: RunDir) -> JobFiles:
-        ranks: dict[int, list[dict[str, Any]]] = {}
+        ranks: dict[int, list[Any]] = {}
         preflight: dict[int, dict[str, Any]] = {}
+        batch, problems = read_events(layout.batch_events(run.path), BATCH_ADAPTER, BATCH_EVENTS)
         root = run.path / "ranks"
         if root.is_dir():
-            for d in root.iterdir():
+            for d in sorted(root.iterdir()):
                 if not d.name.isdigit():
                     continue
-                ranks[int(d.name)] = read_jsonl(d / "events.jsonl")
-                checks = read_json(d / "preflight.json")
+                rank = int(d.name)
+                ranks[rank], bad = read_events(layout.rank_events(run.path, rank), RANK_ADAPTER,
+                                               f"ranks/{rank}/{layout.RANK_EVENTS}")
+                problems += bad
+                checks = read_json(layout.preflight_result(run.path, rank))
                 if checks is not None:
-                    preflight[int(d.name)] = checks
-        return cls(batch=read_jsonl(run.path / BATCH_EVENTS), ranks=ranks, preflight=preflight,
-                   resubmit_request=read_json(run.path / RESUBMIT_REQUEST),
-                   cancel_requested=(run.path / CANCEL_REQUEST).exists())
+                    preflight[rank] = checks
+        return cls(batch=batch, ranks=ranks, preflight=preflight, resubmit_request=read_json(run.path / RESUBMIT_REQUEST),
+                   cancel_requested=(run.path / CANCEL_REQUEST).exists(), problems=problems[:MAX_PROBLEMS])
 
-    def latest_start(self) -> dict[str, Any] | None:
-        starts = [e for e in self.batch if e.get("event") == "start"]
+    def starts(self) -> list[ev.BatchStart]:
+        return [e for e in self.batch if isinstance(e, ev.BatchStart)]
+
+    def latest_start(self) -> ev.BatchStart | None:
+        starts = self.starts()
         return starts[-1] if starts else None
+
+    def ends(self) -> list[ev.End]:
+        return [e for e in self.batch if isinstance(e, ev.End)]
 
 
 @dataclass
@@ -108,8 +160,31 @@ class LogFacts:
         self.offset += end
 
 
+def _requeue_entry(decision: ev.Decision, done: ev.Requeue | None) -> dict[str, Any]:
+    """A decision as the record's ``requeue`` shows it: action requeued / resubmit_requested /
+    requeue_failed (how a requeue went), refused (the policy said stop) or none (done)."""
+    if decision.action == policy.REQUEUE:
+        action = done.action if done is not None else "requeue_pending"
+        why = done.why if done is not None and done.action != "requeued" else decision.reason
+    else:
+        action, why = ("refused" if decision.action == policy.STOP else "none"), decision.reason
+    entry = {"cause": decision.cause, "action": action, "why": why, "checkpoint": decision.checkpoint}
+    return {k: v for k, v in entry.items() if v not in (None, "")}
+
+
+def _reason(entry: dict[str, Any]) -> str:
+    cause, why = entry["cause"], entry.get("why")
+    return {
+        "requeued": f"{cause}: requeued after checkpoint {entry.get('checkpoint', 'none')}",
+        "resubmit_requested": f"{cause}: resubmit requested ({why})",
+        "requeue_failed": f"{cause}: requeue failed ({why})",
+        "refused": f"{cause}: not requeued ({why})",
+        "none": f"{cause}: nothing to requeue ({why})",
+    }.get(str(entry["action"]), f"{cause}: {why}")
+
+
 def attempts(files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> list[Attempt]:
-    """One attempt per start of the batch script, with how it ended.
+    """One attempt per start of the batch side, with how it ended.
 
     A start followed by another start without an end was cut short by Slurm itself (node
     failure, preemption, ``scontrol requeue``): ``history`` (job id -> the state each run of
@@ -117,50 +192,52 @@ def attempts(files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> l
     """
     out: list[Attempt] = []
     runs_of_job: dict[str, int] = {}
+    decision: ev.Decision | None = None
     for event in files.batch:
-        kind = event.get("event")
-        job = str(event.get("job_id", ""))
-        if kind in ("start", "refused"):
-            n = runs_of_job.get(job, 0)
-            runs_of_job[job] = n + 1
-            restart = int(event.get("restart", 0))
-            attempt = Attempt(number=restart, started=iso_time(event.get("time")) or "")
-            attempt.job_id = job  # type: ignore[attr-defined]
+        if isinstance(event, ev.BatchStart | ev.Refused):
+            n = runs_of_job.get(event.job_id, 0)
+            runs_of_job[event.job_id] = n + 1
+            attempt = Attempt(number=event.attempt, started=iso_time(event.time) or "")
+            attempt.job_id = event.job_id  # type: ignore[attr-defined]
             attempt.run_of_job = n  # type: ignore[attr-defined]
-            if kind == "start":
-                attempt.nodes = event.get("nodes")  # type: ignore[attr-defined]
-                attempt.coordinator = event.get("coordinator")  # type: ignore[attr-defined]
-                attempt.resumed_from_step = log.resumed.get(restart)
-                attempt.last_step = log.last_step.get(restart)
+            if isinstance(event, ev.BatchStart):
+                attempt.nodes = event.nodes  # type: ignore[attr-defined]
+                attempt.coordinator = event.coordinator  # type: ignore[attr-defined]
+                attempt.resumed_from_step = log.resumed.get(event.attempt)
+                attempt.last_step = log.last_step.get(event.attempt)
             else:
-                attempt.ended, attempt.exit_code, attempt.reason = attempt.started, 1, str(event.get("why"))
+                attempt.ended, attempt.exit_code, attempt.reason = attempt.started, 1, event.why
             out.append(attempt)
+            decision = None
             continue
         if not out:
             continue
         current = out[-1]
-        if kind == "signal":
-            current.signal = str(event.get("signal"))
-            current.cause = event.get("cause")  # type: ignore[attr-defined]
-        elif kind == "requeue":
-            action = event.get("action")
-            current.requeue = {k: event.get(k) for k in ("cause", "action", "why", "checkpoint")  # type: ignore[attr-defined]
-                               if event.get(k) not in (None, "")}
-            current.reason = {
-                "requeued": f"{event.get('cause')}: requeued after checkpoint {event.get('checkpoint') or 'none'}",
-                "resubmit_requested": f"{event.get('cause')}: resubmit requested ({event.get('why')})",
-                "refused": f"{event.get('cause')}: not requeued ({event.get('why')})",
-                "none": f"{event.get('cause')}: nothing to requeue ({event.get('why')})",
-            }.get(str(action), current.reason)
-            if action != "requeued":
-                current.ended = iso_time(event.get("time"))
-        elif kind == "end":
-            current.ended = iso_time(event.get("time"))
-            current.exit_code = int(event.get("rc", 0))
+        if isinstance(event, ev.SignalReceived):
+            current.signal = event.signal
+            current.cause = event.cause  # type: ignore[attr-defined]
+        elif isinstance(event, ev.Decision):
+            decision = event
+            current.decision = {k: v for k, v in (  # type: ignore[attr-defined]
+                ("cause", event.cause), ("action", event.action), ("reason", event.reason), ("rank", event.rank),
+                ("node", event.node), ("detail", event.detail)) if v is not None}
+            if event.cause != policy.COMPLETED:
+                current.requeue = _requeue_entry(event, None)  # type: ignore[attr-defined]
+                current.reason = _reason(current.requeue)  # type: ignore[attr-defined]
+            if event.action != policy.REQUEUE:
+                current.ended = iso_time(event.time)
+        elif isinstance(event, ev.Requeue) and decision is not None:
+            current.requeue = _requeue_entry(decision, event)  # type: ignore[attr-defined]
+            current.reason = _reason(current.requeue)  # type: ignore[attr-defined]
+            if event.action != "requeued":
+                current.ended = iso_time(event.time)
+        elif isinstance(event, ev.End):
+            current.ended = iso_time(event.time)
+            current.exit_code = event.rc
             if current.exit_code and not current.reason:
                 current.reason = f"exit {current.exit_code}"
-        elif kind == "terminated":
-            current.ended = iso_time(event.get("time"))
+        elif isinstance(event, ev.Terminated):
+            current.ended = iso_time(event.time)
             current.exit_code = 143
             current.reason = current.reason or "SIGTERM (scancel, time limit, or preemption without a user signal)"
     why = {"NODE_FAIL": "node failure", "PREEMPTED": "preemption", "PENDING": "requeued (scontrol requeue)",
@@ -187,27 +264,28 @@ def first_failure(files: JobFiles, log: LogFacts, restart: int) -> dict[str, Any
     """The rank that died first in an attempt.
 
     srun's first "task N: ..." error names it (with --kill-on-bad-exit, that failure is what
-    brought the others down); the rank's own exit event adds the stage and whether it timed
-    out. Without an srun line, the earliest non-zero exit event; without one either, a rank
+    brought the others down); the rank's own exit event adds the stage, the cause and whether it
+    timed out. Without an srun line, the earliest failing exit event; without one either, a rank
     that started and never recorded an exit (killed outright).
     """
-    started: dict[int, dict[str, Any]] = {}
-    exits: dict[int, dict[str, Any]] = {}
+    started: dict[int, ev.RankStart] = {}
+    exits: dict[int, ev.RankExit] = {}
     for rank, events in files.ranks.items():
         for e in events:
-            if int(e.get("attempt", -1)) != restart:
+            if e.attempt != restart:
                 continue
-            if e.get("event") == "start":
+            if isinstance(e, ev.RankStart):
                 started[rank] = e
-            elif e.get("event") == "exit":
+            elif isinstance(e, ev.RankExit):
                 exits[rank] = e
     srun = log.srun_first_error.get(restart)
-    failed = sorted((e for e in exits.values() if int(e.get("rc", 0)) != 0), key=lambda e: float(e.get("time", 0)))
+    failed = sorted((e for e in exits.values() if e.rc != 0 and e.cause != policy.CANCELLED), key=lambda e: e.time)
     if srun is not None:
         rank = int(srun["rank"])
         exit_event = exits.get(rank)
         if exit_event is None:
-            return {"rank": rank, "node": srun["node"], "stage": None, "rc": None, "srun": srun["what"],
+            return {"rank": rank, "node": srun["node"], "stage": None, "rc": None, "cause": policy.KILLED,
+                    "srun": srun["what"],
                     "why": f"{srun['what']} (no exit recorded: killed outright, e.g. SIGKILL, OOM killer, node failure)"}
         return _failure(exit_event, srun["what"])
     if failed:
@@ -215,32 +293,36 @@ def first_failure(files: JobFiles, log: LogFacts, restart: int) -> dict[str, Any
     vanished = sorted(r for r in started if r not in exits)
     if vanished:
         rank = vanished[0]
-        return {"rank": rank, "node": started[rank].get("node"), "stage": None, "rc": None,
+        return {"rank": rank, "node": started[rank].node, "stage": None, "rc": None, "cause": policy.KILLED,
                 "why": "no exit recorded: killed outright (SIGKILL, OOM killer or node failure)"}
     return None
 
 
-def _failure(event: dict[str, Any], srun: str | None) -> dict[str, Any] | None:
-    stage = str(event.get("stage"))
-    rc = int(event.get("rc", 0))
-    if rc == 0:
+def _failure(event: ev.RankExit, srun: str | None) -> dict[str, Any] | None:
+    if event.rc == 0:
         return None
-    if event.get("timed_out") is True:
-        why = f"stage {stage} timed out (runtime.timeouts.{stage})"
-    elif stage == "preflight":
+    if event.cause == policy.HANG:
+        why = f"training hung ({event.detail})"
+    elif event.timed_out:
+        limit = "image" if event.stage == "barrier" else event.stage
+        why = f"stage {event.stage} timed out (runtime.timeouts.{limit})"
+    elif event.stage == "preflight":
         why = "preflight failed"
+    elif event.cause == policy.INFRASTRUCTURE:
+        why = f"infrastructure failure: {event.detail}"
     else:
-        why = f"stage {stage} failed with exit {rc}" + (f" ({_signal_name(rc)})" if _signal_name(rc) else "")
-    out = {"rank": int(event.get("rank", -1)), "node": event.get("node"), "stage": stage, "rc": rc,
-           "timed_out": event.get("timed_out") is True, "why": why}
+        sig = _signal_name(event.rc)
+        why = f"stage {event.stage} failed with exit {event.rc}" + (f" ({sig})" if sig else "")
+    out: dict[str, Any] = {"rank": event.rank, "node": event.node, "stage": event.stage, "rc": event.rc,
+                           "cause": event.cause, "timed_out": event.timed_out, "why": why}
+    if event.detail and event.cause != policy.HANG:
+        out["detail"] = event.detail
     if srun:
         out["srun"] = srun
     return out
 
 
 def _signal_name(rc: int) -> str | None:
-    import signal
-
     if 128 < rc < 160:
         try:
             return signal.Signals(rc - 128).name
@@ -253,7 +335,8 @@ def preflight_summary(files: JobFiles) -> dict[str, Any]:
     """Per rank (as text keys, JSON-friendly) the latest preflight result; failed checks listed."""
     out: dict[str, Any] = {}
     for rank, result in sorted(files.preflight.items()):
-        failed = [f"{c.get('check')}: {c.get('detail')}" for c in result.get("checks", []) if c.get("status") == "fail"]
+        checks = result.get("checks", [])
+        failed = [f"{c.get('check')}: {c.get('detail')}" for c in checks if isinstance(c, dict) and c.get("status") == "fail"]
         out[str(rank)] = {**result, "failed": failed}
     return out
 
@@ -267,26 +350,30 @@ def failure_message(failure: dict[str, Any], preflight: dict[str, Any]) -> str:
 
 
 def apply(record: RunRecord, files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> None:
-    """Fold the job's files into the record (attempts, restarts, preflight, first failure)."""
+    """Fold the job's files into the record (attempts, restarts, preflight, first failure, decisions)."""
     record.attempts = attempts(files, log, history)
     start = files.latest_start()
     slurm = dict(record.slurm or {})
-    begun = [e for e in files.batch if e.get("event") in ("start", "refused")]
+    begun = [e for e in files.batch if isinstance(e, ev.BatchStart | ev.Refused)]
     if begun:  # SLURM_RESTART_COUNT of the latest start lands here, as do mxc's resubmissions
-        record.restarts = int(begun[-1].get("restart", 0))
-        slurm["restart_count"] = int(begun[-1].get("slurm_restart_count", 0))
-        slurm["resubmits"] = int(begun[-1].get("resubmits", 0))
+        record.restarts = begun[-1].attempt
+        slurm["restart_count"] = begun[-1].slurm_restart_count
+        slurm["resubmits"] = begun[-1].resubmits
     if start is not None:
-        slurm["coordinator"] = start.get("coordinator")
-        slurm["batch_host"] = start.get("batch_host")
-        slurm["node_list"] = start.get("nodes")
-        slurm["num_nodes"] = start.get("num_nodes")
-        if start.get("partition"):
-            slurm["partition"] = start.get("partition")
-    requeues = [{k: e.get(k) for k in ("job_id", "restart", "cause", "action", "why", "checkpoint") if e.get(k) is not None}
-                for e in files.batch if e.get("event") == "requeue"]
+        slurm["coordinator"] = start.coordinator
+        slurm["batch_host"] = start.batch_host
+        slurm["node_list"] = start.nodes
+        slurm["num_nodes"] = start.num_nodes
+        if start.partition:
+            slurm["partition"] = start.partition
+    requeues = [{"job_id": getattr(a, "job_id", None), "restart": a.number, **a.requeue}  # type: ignore[attr-defined]
+                for a in record.attempts if getattr(a, "requeue", {}).get("cause") in policy.REQUEUE_CAUSES]
     if requeues:
         slurm["requeues"] = requeues
+    if files.problems:
+        slurm["invalid_events"] = files.problems
+    else:
+        slurm.pop("invalid_events", None)
     preflight = preflight_summary(files)
     if preflight:
         record.preflight = preflight  # type: ignore[attr-defined]
@@ -294,11 +381,14 @@ def apply(record: RunRecord, files: JobFiles, log: LogFacts, history: dict[str, 
     failure = first_failure(files, log, restart)
     slurm["first_failure"] = failure
     record.slurm = slurm
-    refused = [e for e in files.batch if e.get("event") in ("refused",) and int(e.get("restart", -1)) == restart]
+    refused = [e for e in files.batch if isinstance(e, ev.Refused) and e.attempt == restart]
     last = record.attempts[-1] if record.attempts else None
+    decided: dict[str, Any] = getattr(last, "decision", None) or {}
     if refused:
-        record.message = str(refused[-1].get("why"))
-    elif last is not None and getattr(last, "requeue", {}).get("action") in ("refused",):
+        record.message = refused[-1].why
+    elif decided.get("action") == policy.STOP and "rank" in decided and failure is not None:
+        record.message = f"{failure_message(failure, preflight)}; not requeued: {decided.get('reason')}"
+    elif decided.get("action") == policy.STOP and last is not None:
         record.message = last.reason
     elif failure is not None:
         record.message = failure_message(failure, preflight)

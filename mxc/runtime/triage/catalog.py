@@ -93,6 +93,28 @@ def parse(data: dict[str, Any]) -> Catalog:
 
 
 @functools.cache
-def load() -> Catalog:
+def data() -> dict[str, Any]:
+    """patterns.yaml as plain data (libyaml's parser where PyYAML has it: `mxc build` reads it too)."""
     text = resources.files("mxc.runtime.triage").joinpath("patterns.yaml").read_text("utf-8")
-    return parse(yaml.safe_load(text))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loaded: dict[str, Any] = yaml.load(text, Loader=loader)
+    return loaded
+
+
+@functools.cache
+def load() -> Catalog:
+    return parse(data())
+
+
+def raw_patterns(blames: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(cause, blame, regex) of every pattern of a cause with one of ``blames`` that is evidence of a
+    cause (its role, or its cause's, is ``cause``; not a consequence) and needs no context, in catalog
+    order, without compiling anything: what `mxc build` puts into a bundle's run.json."""
+    out = []
+    for entry in data()["causes"]:
+        if entry["blame"] not in blames:
+            continue
+        for p in entry.get("patterns") or []:
+            if p.get("role", entry.get("role", "cause")) == "cause" and p.get("context") is None:
+                out.append((entry["id"], entry["blame"], p["regex"]))
+    return out

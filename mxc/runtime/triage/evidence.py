@@ -1,5 +1,5 @@
-"""Evidence that is not a log line: the record, each rank's stages/events/preflight files, the
-kernel log the entrypoint saved, crash notes and stacks, and the metrics.
+"""Evidence that is not a log line: the record, each rank's events (stages, exits) and preflight
+files, the kernel log the node program saved, crash notes and stacks, and the metrics.
 
 Everything becomes ``Hit``s for the same catalog ids as the log patterns, so one ranking
 decides between them (mxc/runtime/triage/classify.py).
@@ -11,11 +11,12 @@ import math
 import re
 import signal
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxc.fsutil import iter_lines, loads, read_json, read_jsonl, read_text
+from mxc.fsutil import iter_lines, loads, read_json, read_text
+from mxc.node import events as node_events
 from mxc.runtime.record import RunRecord, epoch_seconds
 from mxc.runtime.triage.catalog import Catalog
 from mxc.runtime.triage.logs import Hit, Scanner
@@ -25,7 +26,6 @@ CRASH_NOTE = re.compile(r"^crash\.rank-(\d+)\.attempt-(\d+)\.txt$")
 NATIVE = re.compile(r"^native\.rank-(\d+)\.attempt-(\d+)\.txt$")
 KERNEL_LOG = re.compile(r"^kernel\.(\d+)\.log$")
 GDB_FRAME = re.compile(r"^#\d+\s+")
-INTEGER = re.compile(r"-?[0-9]{1,9}")  # a field of stages.tsv; str.isdigit() also accepts "²", which int() refuses
 HANG_MIN_SECONDS = 20.0  # a stage timeout counts as a hang when no step came for this long (and 50 steps' time)
 
 
@@ -85,7 +85,7 @@ def _signal_hit(catalog: Catalog, sig: str, source: str, **kw: Any) -> Hit | Non
 
 
 def rank_files(root: Path, scanner: Scanner, facts: Facts, labelled: bool) -> None:
-    """ranks/<rank>/: stages.tsv, events.jsonl, preflight.json, kernel.<attempt>.log and other logs."""
+    """ranks/<rank>/: events.jsonl (stages, exits), preflight.json, kernel.<attempt>.log and other logs."""
     catalog = scanner.catalog
     base = root / "ranks"
     if not base.is_dir():
@@ -93,44 +93,39 @@ def rank_files(root: Path, scanner: Scanner, facts: Facts, labelled: bool) -> No
     for rank_dir in sorted((d for d in base.iterdir() if d.name.isdigit()), key=lambda d: int(d.name)):
         rank = int(rank_dir.name)
         rel = f"ranks/{rank}"
-        for event in read_jsonl(rank_dir / "events.jsonl"):
-            if event.get("event") == "start" and event.get("node"):
-                scanner.scan.nodes.setdefault(rank, str(event["node"]))
-            if event.get("event") == "exit" and all(isinstance(event.get(k, 0), int) for k in ("attempt", "rc")):
-                facts.exits[(int(event.get("attempt", 0)), rank)] = event
+        try:
+            lines = read_text(rank_dir / "events.jsonl")  # a regular file only, bounded
+        except OSError:
+            lines = ""
+        numbered, problems = node_events.parse_numbered(lines, node_events.RANK_EVENTS, f"{rel}/events.jsonl")
+        scanner.scan.notes.extend(f"invalid event line {p}" for p in problems[:5])
+        for _, event in numbered:
+            if isinstance(event, node_events.RankStart):
+                scanner.scan.nodes.setdefault(rank, event.node)
+            elif isinstance(event, node_events.RankExit):
+                facts.exits[(event.attempt, rank)] = asdict(event)
         preflight = read_json(rank_dir / "preflight.json")
         if isinstance(preflight, dict) and preflight.get("node"):
             scanner.scan.nodes.setdefault(rank, str(preflight["node"]))
         node = scanner.scan.nodes.get(rank)
         failed_checks = []
-        if isinstance(preflight, dict) and preflight.get("passed") is False:
-            failed_checks = [f"{c.get('check')}: {c.get('detail')}" for c in preflight.get("checks", [])
+        checks = preflight.get("checks") if isinstance(preflight, dict) else None
+        if isinstance(preflight, dict) and preflight.get("passed") is False and isinstance(checks, list):
+            failed_checks = [f"{c.get('check')}: {c.get('detail')}" for c in checks
                              if isinstance(c, dict) and c.get("status") == "fail"]
-        try:
-            stages = read_text(rank_dir / "stages.tsv").splitlines()
-        except OSError:
-            stages = []
-        for number, row in enumerate(stages, 1):
-            parts = row.split("\t")
-            if len(parts) < 4 or not INTEGER.fullmatch(parts[1]):
+        source = f"{rel}/events.jsonl"
+        for number, event in numbered:
+            if not isinstance(event, node_events.StageEnd) or event.rc == 0:
                 continue
-            name, rc, seconds = parts[0], int(parts[1]), parts[2]
-            attempt = int(parts[3]) if INTEGER.fullmatch(parts[3]) and not parts[3].startswith("-") else 0
-            if rc == 0:
-                continue
-            exit_event = facts.exits.get((attempt, rank), {})
-            t = exit_event.get("time")
-            where = {"line": number, "rank": rank, "node": node, "attempt": attempt,
-                     "time": float(t) if isinstance(t, (int, float)) else None}
-            text = f"stage {name} exited {rc} after {seconds}s"
-            if name == "preflight":
-                for check in failed_checks or [f"exit {rc}"]:
-                    scanner.add(_hit(catalog, "preflight_failed", f"{text}: {check}", f"{rel}/stages.tsv",
-                                     detail=check, **where))
-            elif exit_event.get("timed_out") is True or rc == 124:
-                scanner.add(_hit(catalog, "stage_timeout", text + " (timed out)", f"{rel}/stages.tsv", detail=name, **where))
-            elif sig := signal_name(rc):
-                hit = _signal_hit(catalog, sig, f"{rel}/stages.tsv", **where)
+            where = {"line": number, "rank": rank, "node": node, "attempt": event.attempt, "time": event.time}
+            text = f"stage {event.stage} exited {event.rc} after {event.seconds:.0f}s"
+            if event.stage == "preflight":
+                for check in failed_checks or [f"exit {event.rc}"]:
+                    scanner.add(_hit(catalog, "preflight_failed", f"{text}: {check}", source, detail=check, **where))
+            elif event.timed_out or event.rc == 124:
+                scanner.add(_hit(catalog, "stage_timeout", text + " (timed out)", source, detail=event.stage, **where))
+            elif sig := signal_name(event.rc):
+                hit = _signal_hit(catalog, sig, source, **where)
                 if hit:
                     hit.text = f"{text} ({sig})"
                     scanner.add(hit)
@@ -239,7 +234,7 @@ def record_hits(record: RunRecord, scanner: Scanner) -> None:
                          attempt=last, detail=record.message or "status hung", priority=catalog.cause("hang").priority + 10))
     for attempt in record.attempts:
         extra = attempt.model_extra or {}
-        if extra.get("hung"):  # the hang watchdog (mxc/runtime/observe/hang.py) marks the attempt it killed
+        if extra.get("hung"):  # the supervisor marks the attempt the node program's hang watch stopped
             scanner.add(_hit(catalog, "hang", f"record.json: attempt {attempt.number}: {attempt.reason or 'hung'}",
                              "record.json", attempt=attempt.number, time=epoch_seconds(attempt.ended),
                              detail=attempt.reason or "hung"))

@@ -1,0 +1,175 @@
+"""The validated spec -> the run contract (``run.json``): every decision about how the bundle runs,
+taken here, in Python, once.
+
+The node program and mxc's runtime read the result typed (mxc/node/contract.py); templates only
+place its strings. Values that are only known on the node (run directory, rank, coordinator) stay
+names: ``RuntimeArg`` and the run-directory layout (mxc/node/layout.py).
+"""
+
+from __future__ import annotations
+
+from mxc.compiler.schema import JobSpec
+from mxc.compiler.slurm import time_seconds
+from mxc.node.contract import (
+    FORMAT,
+    Checkpoint,
+    Code,
+    Container,
+    Cores,
+    Hang,
+    InfraPattern,
+    Network,
+    Observability,
+    Preflight,
+    Restart,
+    RunContract,
+    RuntimeArg,
+    Slurm,
+    Stage,
+    Train,
+)
+
+TRAINER_MODULE = "maxtext.trainers.pre_train.train"
+# Log lines of these blames are the infrastructure failing, not the job: a requeue can succeed.
+INFRASTRUCTURE_BLAMES = ("node", "network", "scheduler")
+PREFLIGHT_GRACE_S = 10
+IMAGE_GRACE_S = 30
+
+
+def scalar_text(value: bool | int | float | str) -> str:
+    """How MaxText and XLA read a value: booleans lower-case, the rest as written."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def xla_flags(spec: JobSpec) -> str:
+    return " ".join(f"--{k}={scalar_text(v)}" for k, v in sorted(spec.env.xla_flags.items()))
+
+
+def environment(spec: JobSpec) -> list[tuple[str, str]]:
+    """The training's variables, sorted: the spec's vars, XLA_FLAGS, and mxc's own facts."""
+    env = {k: scalar_text(v) for k, v in spec.env.vars.items()}
+    flags = xla_flags(spec)
+    if flags:
+        raw = env.get("XLA_FLAGS")
+        env["XLA_FLAGS"] = f"{flags} {raw}" if raw else flags
+    env["MXC_JOB_NAME"] = spec.name
+    return sorted(env.items())
+
+
+def maxtext_args(spec: JobSpec) -> list[str]:
+    """MaxText's argv after the module: config file, model, overrides, checkpointing."""
+    args = [f"src/maxtext/configs/{spec.model.config}", f"model_name={spec.model.model_name}"]
+    args += [f"{k}={scalar_text(v)}" for k, v in sorted(spec.model.overrides.items())]
+    if spec.checkpoint.period:
+        args += ["enable_checkpointing=true", f"checkpoint_period={spec.checkpoint.period}"]
+    else:
+        args += ["enable_checkpointing=false"]
+    return args
+
+
+def steps(spec: JobSpec) -> int | None:
+    value = spec.model.overrides.get("steps")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def sbatch_directives(spec: JobSpec) -> list[str]:
+    """Every ``#SBATCH`` option, in order. Values are validated tokens (schema.SlurmToken)."""
+    r = spec.resources
+    out = [f"--job-name={spec.name}", f"--nodes={r.nodes}", "--ntasks-per-node=1"]
+    if r.gpus_per_node:
+        out.append(f"--gpus-per-node={r.gpus_per_node}")
+    if r.cpus_per_task:
+        out.append(f"--cpus-per-task={r.cpus_per_task}")
+    if r.mem:
+        out.append(f"--mem={r.mem}")
+    for key in ("partition", "account", "qos", "constraint", "reservation", "time"):
+        value = getattr(r, key)
+        if value:
+            out.append(f"--{key}={value}")
+    if r.exclusive:
+        out.append("--exclusive")
+    # --requeue: Slurm may restart the job (node failure, preemption, `scontrol requeue`);
+    # --open-mode=append: one train.log across restarts; USR2 (not USR1: NCCL may catch it).
+    out += ["--requeue", "--open-mode=append", f"--signal=B:USR2@{spec.runtime.signal_seconds}"]
+    return out + list(r.sbatch_extra)
+
+
+def distributed_args(spec: JobSpec) -> list[str]:
+    """MaxText's GPU path runs jax.distributed.initialize from JAX_COORDINATOR_*/NNODES/NODE_RANK
+    (it works on CPU too); with jax.distributed up, MaxText answers SIGTERM with a checkpoint."""
+    args = ["skip_jax_distributed_system=false"]
+    if "hardware" not in spec.model.overrides:
+        args.append("hardware=gpu")
+    if spec.checkpoint.period and "enable_autocheckpoint" not in spec.model.overrides:
+        args.append("enable_autocheckpoint=true")
+    return args
+
+
+def infrastructure_patterns() -> list[InfraPattern]:
+    """The triage catalog's log patterns whose blame is the node, the network or the scheduler, and
+    that name a cause (not a consequence of another rank's failure): seen in a rank's output, they
+    make its failure an infrastructure failure, which the restart policy requeues."""
+    from mxc.runtime.triage import catalog
+
+    return [InfraPattern(cause=cause, blame=blame, regex=regex)
+            for cause, blame, regex in catalog.raw_patterns(INFRASTRUCTURE_BLAMES)]
+
+
+def build_contract(spec: JobSpec) -> RunContract:
+    from mxc.runtime.trainlog import STEP_PREFIX
+
+    rt = spec.runtime
+    total = steps(spec)
+    image = spec.image
+    return RunContract(
+        format=FORMAT,
+        name=spec.name,
+        backend=rt.backend,
+        nodes=spec.resources.nodes,
+        code=Code(repo=spec.code.repo, commit=spec.code.commit, maxtext_version=spec.code.maxtext_version),
+        slurm=Slurm(directives=sbatch_directives(spec), modules=list(rt.modules), partition=spec.resources.partition,
+                    time_limit_s=time_seconds(spec.resources.time), signal_seconds=rt.signal_seconds),
+        stages=[
+            Stage("preflight", rt.timeouts.preflight, PREFLIGHT_GRACE_S),
+            Stage("image", rt.timeouts.image, IMAGE_GRACE_S),
+            # Every rank waits for all to have passed preflight and image, within the image limit.
+            Stage("barrier", rt.timeouts.image, 0),
+            # A stopping training gets runtime.signal_seconds to write its checkpoint.
+            Stage("train", rt.timeouts.train or 0, rt.signal_seconds),
+        ],
+        restart=Restart(max=spec.restart.max, final_step=total - 1 if total else None,
+                        checkpointing=spec.checkpoint.period > 0),
+        hang=Hang(init_timeout_s=rt.hang.init_timeout, step_timeout_s=rt.hang.step_timeout,
+                  step_pattern=STEP_PREFIX.pattern),
+        checkpoint=Checkpoint(dir=spec.checkpoint.dir, period=spec.checkpoint.period),
+        train=Train(
+            module=TRAINER_MODULE, steps=total, args=maxtext_args(spec),
+            runtime_args=[RuntimeArg("run_name", "run_name"), RuntimeArg("base_output_directory", "output_dir"),
+                          RuntimeArg("metrics_file", "metrics_file"), RuntimeArg("jax_cache_dir", "jax_cache")],
+            distributed_args=distributed_args(spec), single_args=["skip_jax_distributed_system=true"],
+            pythonpath=spec.code.pythonpath,
+        ),
+        env=environment(spec),
+        container=Container(
+            kind=rt.container, image_ref=image.ref if image else None, image_digest=image.digest if image else None,
+            gpu_vendor=spec.resources.gpu_vendor, mounts=list(rt.mounts),
+            python=rt.python if rt.container == "native" else "python3",
+            maxtext_version=spec.code.maxtext_version,
+        ),
+        preflight=Preflight(
+            gpus=rt.preflight.gpus and spec.resources.gpus_per_node > 0, expected_gpus=spec.resources.gpus_per_node,
+            stale_processes=rt.preflight.stale_processes, min_free_gb=rt.preflight.min_free_gb,
+            network=rt.preflight.network, exclusive=spec.resources.exclusive,
+        ),
+        cores=Cores(max_mb=rt.cores.max_mb, keep=rt.cores.keep, backtrace=rt.cores.backtrace),
+        network=Network(interface=rt.network_interface),
+        observability=Observability(
+            enabled=spec.observability.enabled, bind=spec.observability.bind,
+            exporter_port=spec.observability.exporter_port, prometheus_port=spec.observability.prometheus_port,
+            tensorboard_port=spec.observability.tensorboard_port, scrape_interval=spec.observability.scrape_interval,
+            plugins=list(spec.observability.plugins),
+        ),
+        infrastructure=infrastructure_patterns(),
+    )

@@ -1,0 +1,165 @@
+"""How a rank gets its training environment (the image stage) and the command prefix that starts
+Python in it (the launcher), for each ``runtime.container``: native, podman, apptainer.
+
+* native: the image is the interpreter itself: the stage checks that it imports the pinned maxtext;
+* podman: the image by digest exists in the node's store or is pulled; the container sees only the
+  GPUs Slurm allocated to the task (NVIDIA through CDI names, AMD through /dev/kfd and the DRM
+  render nodes of the KFD topology), and only the variables the training needs;
+* apptainer: a ``.sif`` path is verified against the pinned digest; a registry image is pulled
+  once into the shared image cache (imagecache.py: a lock, a unique temporary file, a rename).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from . import imagecache
+from .contract import Container
+from .imagecache import ImageError
+
+# Variables a Podman container gets besides the spec's own (env.sh): what training reads on the node.
+PODMAN_PASSED = ("PYTHONFAULTHANDLER", "PYTHONPATH", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+                 "JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_IP", "JAX_COORDINATOR_PORT", "NNODES", "NODE_RANK",
+                 "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "MXC_RUN_DIR", "MXC_RANK", "MXC_ATTEMPT")
+MAXTEXT_CHECK = ("import sys, maxtext.version as v; "
+                 "sys.exit(0 if v.__version__ == sys.argv[1] else "
+                 "'maxtext ' + v.__version__ + ' is installed, the spec pins ' + sys.argv[1])")
+
+
+@dataclass(frozen=True)
+class Image:
+    """What the image stage produced: the reference or file training runs, and how it got there."""
+
+    ref: str
+    action: str  # native | exists | pulled | cached | fetched | verified
+
+
+def podman_ref(c: Container) -> str:
+    return f"{c.image_ref}@{c.image_digest}"
+
+
+def sif_path(c: Container, cache: Path) -> Path:
+    if c.image_ref and c.image_ref.endswith(".sif"):
+        return Path(c.image_ref)
+    digest = (c.image_digest or "").split(":", 1)[-1]
+    return cache / f"{digest}.sif"
+
+
+def _run(argv: list[str], deadline: float) -> int:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ImageError("the image stage's time is up")
+    try:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, timeout=left, check=False).returncode
+    except subprocess.TimeoutExpired:
+        raise ImageError(f"{' '.join(argv[:3])} ran past the image stage's time") from None
+    except OSError as exc:
+        raise ImageError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+
+
+def prepare(c: Container, python: str, cache: Path, deadline: float) -> Image:
+    """The image stage. Raises ImageError with the reason."""
+    if c.kind == "native":
+        argv = [python, "-c", MAXTEXT_CHECK, c.maxtext_version] if c.maxtext_version else [python, "-c", "import maxtext"]
+        rc = _run(argv, deadline)
+        if rc != 0:
+            raise ImageError(f"{python} cannot run the training (maxtext check exit {rc})")
+        return Image(python, "native")
+    if c.kind == "podman":
+        ref = podman_ref(c)
+        if _run(["podman", "image", "exists", ref], deadline) == 0:
+            return Image(ref, "exists")
+        rc = _run(["podman", "pull", ref], deadline)
+        if rc != 0:
+            raise ImageError(f"podman pull {ref} failed (exit {rc})")
+        return Image(ref, "pulled")
+    if c.kind == "apptainer":
+        sif = sif_path(c, cache)
+        if c.image_ref and c.image_ref.endswith(".sif"):
+            _verify_sha256(sif, c.image_digest or "")
+            return Image(str(sif), "verified")
+
+        def fetch(tmp: Path, seconds_left: float) -> None:
+            imagecache.run_fetch(["apptainer", "pull", str(tmp), f"docker://{c.image_ref}@{c.image_digest}"],
+                                 seconds_left)
+
+        ready = imagecache.ensure(sif.parent, sif.name, fetch, lambda tmp: None, deadline)
+        return Image(str(ready.path), ready.action)
+    raise ImageError(f"unknown runtime.container {c.kind!r}")
+
+
+def _verify_sha256(path: Path, digest: str) -> None:
+    try:
+        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ImageError(f"image {path}: {exc.strerror or exc}") from None
+    if f"sha256:{actual}" != digest:
+        raise ImageError(f"image {path} has digest sha256:{actual}, the spec pins {digest}")
+
+
+def allocated_gpus(env: Mapping[str, str]) -> list[int]:
+    """Slurm's global GPU indices for this task (the visible-device variables may be renumbered)."""
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        value = env.get(name, "")
+        if value:
+            return [int(x) for x in value.split(",") if x.strip().isdigit()]
+    return []
+
+
+def kfd_render_minors(kfd_nodes: Path) -> list[int]:
+    """DRM render minors of the GPU agents, in GPU index order (KFD topology; CPU agents have gpu_id 0)."""
+    minors: list[int] = []
+    n = 0
+    while (kfd_nodes / str(n) / "properties").exists():
+        node = kfd_nodes / str(n)
+        try:
+            props = dict(line.split(None, 1) for line in (node / "properties").read_text().splitlines() if " " in line)
+            gpu_id = (node / "gpu_id").read_text().strip()
+        except OSError:
+            gpu_id, props = "0", {}
+        if gpu_id not in ("", "0") and "drm_render_minor" in props:
+            minors.append(int(props["drm_render_minor"]))
+        n += 1
+    return minors
+
+
+def podman_devices(vendor: str, gpus: list[int], kfd_nodes: Path) -> list[str]:
+    if vendor == "nvidia":
+        return [f"--device=nvidia.com/gpu={i}" for i in gpus]
+    if vendor == "amd":
+        minors = kfd_render_minors(kfd_nodes)
+        return ["--device=/dev/kfd"] + [
+            f"--device=/dev/dri/renderD{minors[i] if i < len(minors) else 128 + i}" for i in gpus]
+    return []
+
+
+def launcher(c: Container, python: str, image: Image, env: Mapping[str, str], run_dir: Path, output_dir: Path,
+             code_dir: str | None, env_names: list[str], kfd_nodes: Path = Path("/sys/class/kfd/kfd/topology/nodes")
+             ) -> list[str]:
+    """The command prefix that runs the training's Python (``<prefix> -m module args``)."""
+    if c.kind == "native":
+        return [python]
+    if c.kind == "podman":
+        argv = ["podman", "run", "--rm", "--network=host", "--ipc=host", "--security-opt=label=disable"]
+        argv += podman_devices(c.gpu_vendor, allocated_gpus(env), kfd_nodes)
+        for name in [*env_names, *PODMAN_PASSED]:
+            argv += ["--env", name]
+        argv += ["--volume", f"{run_dir}:{run_dir}", "--volume", f"{output_dir}:{output_dir}"]
+        for mount in c.mounts:
+            argv += ["--volume", mount]
+        if code_dir:
+            argv += ["--volume", f"{code_dir}:{code_dir}:ro", "--workdir", code_dir]
+        return [*argv, image.ref, "python3"]
+    gpu = {"amd": ["--rocm"], "nvidia": ["--nv"]}.get(c.gpu_vendor, [])
+    argv = ["apptainer", "exec", *gpu, "--bind", str(run_dir), "--bind", str(output_dir)]
+    for mount in c.mounts:
+        argv += ["--bind", mount]
+    if code_dir:
+        argv += ["--bind", f"{code_dir}:{code_dir}:ro", "--pwd", code_dir]
+    return [*argv, image.ref, "python3"]
+

@@ -1,0 +1,88 @@
+"""The one restart policy: why an attempt ended -> requeue, stop or done, with the reason.
+
+A pure function, used by the batch side of a Slurm job (batch.py) and by mxc's local supervisor
+(mxc/runtime/local/supervisor.py) alike; docs/restarts.md shows the same table. Requeue means
+"start again from the latest checkpoint": ``scontrol requeue`` (or a resubmission by mxc) on Slurm,
+a new attempt locally. Every requeue is bounded by ``restart.max``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Why an attempt ended (the vocabulary of Decision.cause and RankExit.cause).
+COMPLETED = "completed"  # training ran to its end
+CANCELLED = "cancelled"  # a person stopped it (mxc cancel, Ctrl-C, scancel)
+NODE_FAILURE = "node_failure"  # Slurm saw a node fail (it requeues the job itself)
+PREEMPTION = "preemption"  # USR2 with time to spare, or Slurm's own preemption requeue
+TIME_LIMIT = "time_limit"  # USR2 shortly before the job's time limit
+HANG = "hang"  # the hang watch saw no progress for runtime.hang.* seconds
+INFRASTRUCTURE = "infrastructure"  # the trainer's output named a node/network/scheduler failure (run.json)
+KILLED = "killed"  # the trainer was killed from outside (SIGKILL, SIGTERM...) without a request
+APPLICATION_ERROR = "application_error"  # the trainer failed by itself after its first step (exit, crash)
+CONFIG_ERROR = "config_error"  # the trainer failed by itself before its first step
+STAGE_FAILED = "stage_failed"  # preflight, image or barrier failed or timed out
+TRAIN_TIMEOUT = "train_timeout"  # the train stage ran past runtime.timeouts.train
+
+CAUSES = (COMPLETED, CANCELLED, NODE_FAILURE, PREEMPTION, TIME_LIMIT, HANG, INFRASTRUCTURE, KILLED,
+          APPLICATION_ERROR, CONFIG_ERROR, STAGE_FAILED, TRAIN_TIMEOUT)
+
+REQUEUE, STOP, DONE = "requeue", "stop", "done"
+
+# Causes that a restart cannot fix: the same spec on the same code fails the same way again.
+_FINAL = {
+    CANCELLED: "cancelled",
+    APPLICATION_ERROR: "an application error fails the same way again (see `mxc triage RUN`)",
+    CONFIG_ERROR: "it failed before its first step; a restart would fail the same way",
+    STAGE_FAILED: "a node failed a stage before training (see the rank's message); fix or exclude the node",
+    TRAIN_TIMEOUT: "the train stage ran past runtime.timeouts.train; a restart would meet the same limit",
+}
+
+
+# Causes a requeue can fix (the infrastructure failed, or the job was stopped before its end).
+REQUEUE_CAUSES = (NODE_FAILURE, PREEMPTION, TIME_LIMIT, HANG, INFRASTRUCTURE, KILLED)
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything the decision depends on."""
+
+    cause: str  # one of CAUSES
+    restarts: int  # restarts so far (0 in the first attempt)
+    restart_max: int
+    checkpoint: int | None  # the latest finished checkpoint step
+    final_step: int | None  # the last step's number when the spec fixes steps
+    checkpointing: bool = True  # checkpoint.period > 0 (for the message only)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # requeue | stop | done
+    reason: str
+
+
+def decide(s: Situation) -> Decision:
+    if s.cause not in CAUSES:
+        raise ValueError(f"unknown cause {s.cause!r}")
+    if s.cause == COMPLETED:
+        return Decision(DONE, "training completed")
+    if s.final_step is not None and s.checkpoint == s.final_step:
+        return Decision(DONE, f"training completed (the final step's checkpoint {s.checkpoint} exists)")
+    if s.cause in _FINAL:
+        return Decision(STOP, _FINAL[s.cause])
+    if s.restarts >= s.restart_max:
+        return Decision(STOP, f"restart.max ({s.restart_max}) reached")
+    if s.cause == TIME_LIMIT and s.checkpoint is None:
+        checkpointing = "on" if s.checkpointing else "off"
+        return Decision(STOP, f"time limit reached without a checkpoint (checkpointing: {checkpointing}); "
+                              "a requeue would start over and meet the same limit")
+    resume = f"from checkpoint {s.checkpoint}" if s.checkpoint is not None else "from the start (no checkpoint yet)"
+    return Decision(REQUEUE, f"{s.cause.replace('_', ' ')}: restart {s.restarts + 1} of at most {s.restart_max}, {resume}")
+
+
+def start_refusal(restarts: int, restart_max: int) -> str | None:
+    """Why a start must not happen, or None. Slurm requeues a --requeue job by itself (node failure,
+    preemption); this bounds those restarts too, before the job takes its nodes for another start."""
+    if restarts > restart_max:
+        return f"restart {restarts} is past restart.max ({restart_max})"
+    return None

@@ -1,0 +1,2 @@
+export JAX_PLATFORMS='cpu'
+export MXC_JOB_NAME='tiny'
