@@ -88,6 +88,15 @@ def copy_specs(directory: Path) -> Path:
     return directory / "specs"
 
 
+@pytest.fixture(autouse=True)
+def _release_paused_trainers() -> Iterator[None]:
+    """Whatever a test did, no trainer it paused (tests/gates.py) stays paused after it."""
+    yield
+    from tests.gates import release_every_gate
+
+    release_every_gate()
+
+
 def store_snapshot(home: Path) -> list[str]:
     """Every path under MXC_HOME, to prove a failed command wrote nothing."""
     if not home.exists():

@@ -7,8 +7,10 @@ in the environment, a MaxText trainer that logs ``completed step: STEP`` in atte
 (``MXC_ATTEMPT``, default 0) writes ``DIR/paused.attempt-A.rank-R`` (its pid) and waits until
 ``DIR/release.attempt-A`` exists. The wait is in the main thread, in Python: a signal sent to the
 process meanwhile lands where a test expects it (faulthandler prints this frame; signal handlers
-run). Inert otherwise, and in every process but MaxText's (it reacts only to MaxText's step line).
-tests/gates.py is the test side.
+run). It waits in ``handle``, not ``emit``: ``Handler.handle`` holds the handler's lock around
+``emit``, and every other thread that logs (orbax's asynchronous checkpoint commit) would block on
+it, so a checkpoint could never finish while the trainer waits. Inert otherwise, and in every
+process but MaxText's (it reacts only to MaxText's step line). tests/gates.py is the test side.
 """
 
 from __future__ import annotations
@@ -29,15 +31,18 @@ class _PauseAtStep(logging.Handler):
         self.done = False
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Unused: ``handle`` below decides without the handler's lock."""
+
+    def handle(self, record: logging.LogRecord) -> bool:
         step = self.steps.get(self.attempt)
         if self.done or step is None:
-            return
+            return True
         try:
             match = _STEP.search(record.getMessage())
         except Exception:
-            return
+            return True
         if not match or int(match[1]) != step:
-            return
+            return True
         self.done = True
         rank = os.environ.get("SLURM_PROCID", "0")
         marker = os.path.join(self.directory, f"paused.attempt-{self.attempt}.rank-{rank}")
@@ -47,6 +52,7 @@ class _PauseAtStep(logging.Handler):
         release = os.path.join(self.directory, f"release.attempt-{self.attempt}")
         while not os.path.exists(release):
             time.sleep(0.05)
+        return True
 
 
 def _install() -> None:
