@@ -55,15 +55,16 @@ def base_run(home: Home, bundle: str) -> Path:
     return run
 
 
-def record_of(run: Path) -> dict:
-    return json.loads((run / "record.json").read_text())
+def record_of(run: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run / "record.json").read_text())
+    return data
 
 
-def metrics_of(run: Path) -> list[dict]:
+def metrics_of(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def learning(metrics: list[dict]) -> dict[int, dict[str, float]]:
+def learning(metrics: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
     """step -> every learning/* value (exact floats; perf/* timings legitimately differ)."""
     return {int(m["step"]): {k: v for k, v in m.items() if k.startswith("learning/")} for m in metrics}
 
@@ -129,7 +130,7 @@ def test_run_trains_and_records_everything(home: Home, bundle: str, base_run: Pa
     assert tensorboard == base_run / "output" / base_run.name / "tensorboard" / base_run.name
     events = list(tensorboard.glob("events.out.tfevents.*"))
     assert events, f"no TensorBoard event file in {tensorboard}"
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # type: ignore[import-untyped]
 
     acc = EventAccumulator(str(tensorboard), size_guidance={"scalars": 0})
     acc.Reload()

@@ -84,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if node_id is None:
         ray.shutdown()
         _without_ray(command, f"this node's raylet ({mine['address']}, port {mine['node_manager_port']}) is not in the cluster")
-    actor = ray.remote(TrainingActor).options(
+    # Any: Ray's stubs type an actor handle's methods as the plain methods (no ``.remote``).
+    actor: Any = ray.remote(TrainingActor).options(
         num_cpus=0, max_concurrency=4, name=f"mxc-training-rank-{args.rank}",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
     output = args.run_dir / "ranks" / str(args.rank) / "train.out"
