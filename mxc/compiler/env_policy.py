@@ -1,10 +1,11 @@
 """Which environment variables a spec may export (``env.vars``), and why.
 
-``env.sh`` exports every ``env.vars`` entry before the bundle's bash scripts, the dynamic loader,
-Python and the container runtime start. Some variables are *instructions* to those programs, not
-settings of the training: ``BASH_ENV: "$(cmd)"`` runs ``cmd`` when bash starts ``preflight.sh``,
-``LD_PRELOAD`` loads a library into every process, ``APPTAINER_BIND`` adds read-write mounts the
-spec's ``runtime.mounts`` never showed. A reviewer reading a value does not see that it runs code.
+The node program puts every ``env.vars`` entry into the environment of the training process (and,
+for container runs, of the container runtime that starts it); the node program itself runs with
+``python3 -E -s`` and never reads them. Some variables are *instructions* to the programs that do
+read them, not settings of the training: ``BASH_ENV: "$(cmd)"`` runs ``cmd`` in every bash the
+training or a tool it calls starts, ``LD_PRELOAD`` loads a library into every process,
+``APPTAINER_BIND`` adds read-write mounts the spec's ``runtime.mounts`` never showed. A reviewer reading a value does not see that it runs code.
 Three classes (docs/spec-reference.md lists them):
 
 - **refused**: what bash acts on (bash(1) ENVIRONMENT / Shell Variables: startup files, prompts,
