@@ -1,4 +1,5 @@
-"""GPU metrics: NVIDIA through ``nvidia-smi`` (``nvidia_smi.py``), AMD through ``rocm-smi --json``
+"""GPU metrics: NVIDIA through ``nvidia-smi`` (``nvidia_smi.py``) or, where the site runs one, its
+dcgm-exporter (``dcgm.py``); AMD through ``rocm-smi --json``
 or, without rocm-smi, the amdgpu sysfs files (``amdgpu.py``); RAS counters per block for AMD and
 PCIe AER counters for both from sysfs (``pci_errors.py``).
 
@@ -17,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from mxc.plugins import amdgpu, pci_errors
 from mxc.plugins.api import PluginContext, PluginUnavailable
+from mxc.plugins.dcgm import DcgmExporter
 from mxc.plugins.gpu_reading import GpuReading
 from mxc.plugins.nvidia_smi import FIELDS as NVIDIA_FIELDS
 from mxc.plugins.nvidia_smi import NvidiaSmi
@@ -98,18 +100,21 @@ class GpuPlugin:
     name = "gpu"
 
     def __init__(self, source: str, run: Callable[[list[str]], str] = run_tool, drm: Path = Path("/sys/class/drm"),
-                 pci_devices: Path = Path("/sys/bus/pci/devices")) -> None:
+                 pci_devices: Path = Path("/sys/bus/pci/devices"), dcgm_port: int = 9400) -> None:
         self.source, self.run, self.drm, self.pci_devices = source, run, drm, pci_devices
         self.nvidia = NvidiaSmi(run) if source == "nvidia-smi" else None
+        self.dcgm = DcgmExporter(dcgm_port) if source == "dcgm-exporter" else None
 
     def read(self) -> list[GpuReading]:
-        if self.nvidia is not None:
+        if self.dcgm is not None:
+            readings = self.dcgm.read()
+        elif self.nvidia is not None:
             readings = self.nvidia.read()
         elif self.source == "rocm-smi":
             readings = parse_rocm_smi_json(self.run(ROCM_COMMAND))
         else:
             readings = read_amd_sysfs(self.drm)
-        if self.source != "nvidia-smi":
+        if self.source in ("rocm-smi", "sysfs"):
             amdgpu.add_sysfs_errors(readings, self.drm)
         pci_errors.add_aer(readings, self.pci_devices)
         return readings
@@ -145,6 +150,10 @@ def model_names(source: str | None = None, run: Callable[[list[str]], str] = run
 
 
 def create(context: PluginContext) -> GpuPlugin:
+    dcgm_port = context.site_exporters.get("dcgm-exporter")
+    if dcgm_port is not None:  # NVIDIA's exporter already polls these GPUs: read its page, do not poll them twice
+        context.log.info("gpu: reading the dcgm-exporter on port %d", dcgm_port)
+        return GpuPlugin("dcgm-exporter", dcgm_port=dcgm_port)
     source = detect()
     if source is None:
         raise PluginUnavailable("no GPU found (no nvidia-smi, no rocm-smi, no amdgpu in /sys/class/drm)")
