@@ -103,3 +103,22 @@ def test_every_tensorboard_scalar_from_real_event_files(tmp_path: Path) -> None:
     assert value(found, "mxc_train_scalar", rank="0", tag="learning/moe_lb_loss") == pytest.approx(0.02)
     assert value(found, "mxc_train_scalar", rank="0", tag="eval/avg_loss") == 4.5
     assert value(found, "mxc_train_mfu_ratio", rank="0") == pytest.approx(0.102)
+
+
+def test_a_slow_step_between_two_scrapes_is_not_missed(tmp_path: Path) -> None:
+    """Steps of 0.02 s, one of 12 s, all logged between two scrapes: the step-time gauge shows the
+    newest step only, the max gauge shows the slow one for two scrape intervals."""
+    now = [1000.0]
+    plugin = tensorboard.TrainingMetricsPlugin(PluginContext(run_dir=tmp_path, config={"scrape_interval": 5}),
+                                               clock=lambda: now[0])
+    times = [0.02] * 5 + [12.0] + [0.02] * 3
+    write_metrics(tmp_path, [{**MOE_LINE, "step": float(s), "perf/step_time_seconds": t} for s, t in enumerate(times)])
+    found = samples(plugin)
+    assert value(found, "mxc_train_step_time_seconds", rank="0") == 0.02
+    assert value(found, "mxc_train_step_time_max_seconds", rank="0") == 12.0
+    now[0] += 9.0  # the next scrape, nothing new logged: still in the window (another reader may have scraped)
+    assert value(samples(plugin), "mxc_train_step_time_max_seconds", rank="0") == 12.0
+    now[0] += 2.0  # past two intervals: no step logged in the window, no value (a stalled training)
+    assert "mxc_train_step_time_max_seconds" not in names(samples(plugin))
+    write_metrics(tmp_path, [{**MOE_LINE, "step": 9.0, "perf/step_time_seconds": 0.03}])
+    assert value(samples(plugin), "mxc_train_step_time_max_seconds", rank="0") == 0.03

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +37,7 @@ from mxc.plugins.tail import EventFileTail, JsonlTail
 PART = re.compile(r"^attempt-(?P<attempt>\d+)\.rank-(?P<rank>\d+)\.jsonl$")
 LOSS = "learning/loss"
 TFLOPS = "perf/per_device_tflops_per_sec"
+STEP_TIME = "perf/step_time_seconds"
 MAX_TAGS = 256  # scalars kept per rank: a runaway writer cannot grow the exporter's page without bound
 # MaxText key -> (metric name, help)
 GAUGES: dict[str, tuple[str, str]] = {
@@ -57,6 +60,15 @@ class RankState:
     scalars: dict[str, float] = field(default_factory=dict)  # every scalar tag -> its newest value
     tag_steps: dict[str, int] = field(default_factory=dict)  # tag -> step of that value
     seen_at: float | None = None  # when the newest step was written (file mtime)
+    recent: deque[tuple[float, float]] = field(default_factory=deque)  # (when read, step time) of recent steps
+
+    def step_time(self, seconds: float, now: float, window: float) -> None:
+        self.recent.append((now, seconds))
+        self.forget(now, window)
+
+    def forget(self, now: float, window: float) -> None:
+        while self.recent and now - self.recent[0][0] > window:
+            self.recent.popleft()
 
     def scalar(self, tag: str, step: int, value: float, newest_wins: bool = False) -> None:
         """Keep a tag's value: the newest line's (metrics files, read in order, where a restart
@@ -70,7 +82,7 @@ class RankState:
 class TrainingMetricsPlugin:
     name = "tensorboard"
 
-    def __init__(self, context: PluginContext) -> None:
+    def __init__(self, context: PluginContext, clock: Callable[[], float] = time.monotonic) -> None:
         self.run_dir = context.run_dir
         self.ranks = context.ranks
         self.tensorboard_dir = context.tensorboard_dir or _tensorboard_dir(context.run_dir)
@@ -79,6 +91,11 @@ class TrainingMetricsPlugin:
         self.state: dict[int, RankState] = {}
         self.source = "none"
         self.peak = _peak(context)
+        self.clock = clock
+        # Every step read is in the max of the scrapes of the next 2 intervals: none is missed by
+        # sampling, whoever else reads the page in between (a scrape reads the steps logged since the last).
+        interval = context.config.get("scrape_interval", 10)
+        self.window = 2.0 * (float(interval) if isinstance(interval, (int, float)) and interval > 0 else 10.0)
 
     # ---- reading
 
@@ -126,6 +143,9 @@ class TrainingMetricsPlugin:
                     state.scalar(key, step, float(value), newest_wins=True)
             if LOSS not in line:
                 continue  # eval lines and anything else MaxText may add: scalars only, not a training step
+            seconds = line.get(STEP_TIME)
+            if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+                state.step_time(float(seconds), self.clock(), self.window)
             state.steps += 1
             state.last_step = step
             state.attempt = attempt
@@ -140,6 +160,8 @@ class TrainingMetricsPlugin:
         wall: dict[int, float] = {}
         for event in tail.read_new():
             state.scalar(event.tag, event.step, event.value)
+            if event.tag == STEP_TIME:
+                state.step_time(event.value, self.clock(), self.window)
             if event.tag in GAUGES:
                 by_step.setdefault(event.step, {})[event.tag] = event.value
                 wall[event.step] = event.wall_time
@@ -166,6 +188,9 @@ class TrainingMetricsPlugin:
         scalars = GaugeMetricFamily("mxc_train_scalar", "every scalar MaxText logs, by its TensorBoard tag "
                                     "(learning/param_norm, learning/moe_lb_loss, eval/avg_loss, ...): newest value",
                                     labels=[*labels, "tag"])
+        slowest = GaugeMetricFamily("mxc_train_step_time_max_seconds", "the longest step among those logged in the last "
+                                    "two scrape intervals: a slow step shows even when several steps pass between scrapes",
+                                    labels=labels)
         mfu = GaugeMetricFamily("mxc_train_mfu_ratio", "model FLOPs utilisation: MaxText's model TFLOP/s per device over "
                                 "the GPU's dense BF16 peak (mxc_train_peak_tflops_per_device)", labels=labels)
         peak = GaugeMetricFamily("mxc_train_peak_tflops_per_device", "the dense BF16 peak MFU is computed against, and "
@@ -186,9 +211,12 @@ class TrainingMetricsPlugin:
                 gauges[key].add_metric(label, value)
             for tag, value in sorted(state.scalars.items()):
                 scalars.add_metric([*label, tag], value)
+            state.forget(self.clock(), self.window)
+            if state.recent:
+                slowest.add_metric(label, max(seconds for _, seconds in state.recent))
             if self.peak is not None and TFLOPS in state.values:
                 mfu.add_metric(label, state.values[TFLOPS] / self.peak.bf16_dense_tflops)
-        return [steps, last, attempt, seen, *gauges.values(), scalars, mfu, peak]
+        return [steps, last, attempt, seen, *gauges.values(), slowest, scalars, mfu, peak]
 
 
 def _step(value: object) -> int | None:
