@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from mxc.plugins import gpu, host, network, tensorboard  # noqa: E402
-from mxc.plugins.api import PluginContext, PluginUnavailable  # noqa: E402
+from mxc.plugins.api import ExporterPlugin, PluginContext, PluginUnavailable  # noqa: E402
 
 TARGET_MS = 50.0
 
@@ -53,7 +53,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def in_process(scrapes: int, run_dir: Path) -> dict[str, list[float]]:
     context = PluginContext(run_dir=run_dir, config={"peak_tflops": 989.4})
-    plugins = {"host": host.create(context), "network": network.create(context), "tensorboard": tensorboard.create(context)}
+    plugins: dict[str, ExporterPlugin] = {"host": host.create(context), "network": network.create(context),
+                                          "tensorboard": tensorboard.create(context)}
     try:
         plugins["gpu"] = gpu.create(context)
     except PluginUnavailable as exc:
@@ -61,7 +62,7 @@ def in_process(scrapes: int, run_dir: Path) -> dict[str, list[float]]:
     metrics = run_dir / "metrics" / "attempt-0.rank-0.jsonl"
     step = 1000
     times: dict[str, list[float]] = {name: [] for name in plugins}
-    for name, plugin in plugins.items():
+    for plugin in plugins.values():
         list(plugin.collect())  # warm-up: backlogs
     for _ in range(scrapes):
         with open(metrics, "a") as fh:
