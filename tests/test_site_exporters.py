@@ -95,3 +95,26 @@ def test_a_dcgm_exporter_that_went_away_fails_the_scrape(pages: dict[str, int]) 
     plugin = gpu.GpuPlugin("dcgm-exporter", dcgm_port=pages["broken"])
     with pytest.raises(RuntimeError, match="did not answer"):
         plugin.read()
+
+
+def test_the_run_points_prometheus_at_what_its_exporter_found(tmp_path: Path) -> None:
+    """The observer reads the exporter's ready file: next to the exporter's own target, one per
+    site exporter, at the host Prometheus reaches the exporter by."""
+    from mxc.runtime.observe.observer import Observability, prometheus_dir
+    from mxc.runtime.rundir import RunDir
+
+    run = RunDir(tmp_path / "20260101-000000-abcd-00000000")
+    (run.path / "observability").mkdir(parents=True)
+    ready = run.path / "observability" / "exporter-ready.json"
+    ready.write_text(json.dumps({"pid": 1, "bind": "127.0.0.1", "port": 9401, "plugins": {},
+                                 "site_exporters": {"dcgm-exporter": 9400}}))
+    observer = Observability({"observability": {"enabled": True}})
+    observer.node = "gpu7"
+    observer.exporter = type("Running", (), {"poll": lambda self: None})()
+    observer.info = {"exporter": {}}
+    observer._exporter_target(run, ready)
+    targets = prometheus_dir(run) / "targets"
+    assert sorted(p.name for p in targets.iterdir()) == ["exporter-gpu7.json", "site-gpu7-dcgm-exporter.json"]
+    [site] = json.loads((targets / "site-gpu7-dcgm-exporter.json").read_text())
+    assert site == {"targets": ["127.0.0.1:9400"], "labels": {"run": run.run_id, "node": "gpu7", "exporter": "dcgm-exporter"}}
+    assert observer.info["exporter"]["site_exporters"] == {"dcgm-exporter": 9400}
