@@ -32,7 +32,7 @@ __all__ = ["NVIDIA_FIELDS", "GpuPlugin", "GpuReading", "create", "detect", "fami
            "parse_nvidia_smi_csv", "parse_rocm_smi_json", "read_amd_sysfs"]
 
 LABELS = ["gpu", "vendor", "name"]
-GAUGES = (
+PER_GPU = (  # one value per GPU: gauges, and counters (named _total)
     ("mxc_gpu_utilization_ratio", "fraction of time a kernel ran (nvidia utilization.gpu, amd GPU use)", "utilization"),
     ("mxc_gpu_memory_used_bytes", "device memory in use", "memory_used_bytes"),
     ("mxc_gpu_memory_total_bytes", "device memory size", "memory_total_bytes"),
@@ -46,7 +46,7 @@ GAUGES = (
 
 def families(readings: list[GpuReading]) -> list[Metric]:
     out: list[Metric] = []
-    for name, doc, attr in GAUGES:
+    for name, doc, attr in PER_GPU:
         family_type = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily
         family = family_type(name.removesuffix("_total"), doc, labels=LABELS)
         for r in readings:
