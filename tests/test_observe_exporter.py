@@ -74,9 +74,6 @@ def wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) ->
     raise AssertionError(f"no {path}")
 
 
-Exporter = tuple[subprocess.Popen[bytes], dict[str, Any], Path]
-
-
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     run = tmp_path / "runs" / "20260101-000000-abcd-12345678"
