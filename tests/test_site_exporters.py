@@ -100,6 +100,7 @@ def test_a_dcgm_exporter_that_went_away_fails_the_scrape(pages: dict[str, int]) 
 def test_the_run_points_prometheus_at_what_its_exporter_found(tmp_path: Path) -> None:
     """The observer reads the exporter's ready file: next to the exporter's own target, one per
     site exporter, at the host Prometheus reaches the exporter by."""
+    from mxc.node.contract import Observability as Settings
     from mxc.runtime.observe.observer import Observability, prometheus_dir
     from mxc.runtime.rundir import RunDir
 
@@ -108,7 +109,9 @@ def test_the_run_points_prometheus_at_what_its_exporter_found(tmp_path: Path) ->
     ready = run.path / "observability" / "exporter-ready.json"
     ready.write_text(json.dumps({"pid": 1, "bind": "127.0.0.1", "port": 9401, "plugins": {},
                                  "site_exporters": {"dcgm-exporter": 9400}}))
-    observer = Observability({"observability": {"enabled": True}})
+    settings = Settings(enabled=True, bind="127.0.0.1", exporter_port=9400, prometheus_port=9190, tensorboard_port=6006,
+                        scrape_interval=10, plugins=["host", "network", "gpu", "tensorboard"])
+    observer = Observability(settings, "tiny")
     observer.node = "gpu7"
     observer.exporter = type("Running", (), {"poll": lambda self: None})()
     observer.info = {"exporter": {}}
