@@ -13,8 +13,8 @@ rank 0, scrape every second), and two things a real cluster has that this machin
 * a slow step: both ranks are paused after step 10 (tests/gates.py) for ``--pause`` seconds,
   so step 11's step time is the outlier the playbook's query finds.
 
-The run directory is copied without what tests do not read (checkpoints, Ray's session logs,
-the MaxText output tree), the TSDB compacted into one block by stopping Prometheus normally.
+The run directory is copied without what tests do not read (checkpoints, Ray's session logs and
+token files, the MaxText output tree); the TSDB of a two-minute run is its write-ahead log.
 
   python tools/record_two_node_run.py [--out tests/fixtures/runs/two-node] [--pause 12]
 """
