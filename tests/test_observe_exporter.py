@@ -152,11 +152,13 @@ def test_bundle_prometheus_config_passes_promtool(mxc: Mxc, mxc_home: Path, tmp_
     config.write_text((bundle / "prometheus.yml").read_text())
     write_targets(tmp_path / "targets", "exporter-node1", ["127.0.0.1:9400"], {"run": "r", "node": "node1"})
     write_targets(tmp_path / "targets", "ray-node1", ["127.0.0.1:9401"], {"run": "r", "node": "node1"})
+    write_targets(tmp_path / "targets", "site-node1-node_exporter", ["127.0.0.1:9100"],
+                  {"run": "r", "node": "node1", "exporter": "node_exporter"})
     checked = promtool_check(config)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS" in checked.stdout + checked.stderr
     exporter_json = json.loads((bundle / "exporter.json").read_text())
-    assert exporter_json["bind"] == "127.0.0.1" and exporter_json["plugins"] == ["host", "gpu", "tensorboard"]
+    assert exporter_json["bind"] == "127.0.0.1" and exporter_json["plugins"] == ["host", "network", "gpu", "tensorboard"]
     broken = tmp_path / "broken.yml"
     broken.write_text(config.read_text().replace("scrape_interval: 2s", "scrape_interval: two"))
     assert promtool_check(broken).returncode != 0  # the check is real

@@ -7,34 +7,18 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.core import Metric
 
 from mxc.plugins import gpu, host, tensorboard
 from mxc.plugins.api import PluginContext, PluginUnavailable
 from mxc.plugins.tail import EventFileTail, JsonlTail
 from mxc.runtime.observe.plugin_host import PluginHost
+from tests.plugin_samples import samples, value
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GIB = 1024**3
-
-
-def samples(collector: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Render a collector the way the exporter does and parse it back: name+labels -> value."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)  # type: ignore[arg-type]
-    out = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def value(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: str, **labels: str) -> float:
-    return found[(metric, tuple(sorted(labels.items())))]
 
 
 # ---- GPU parsers on outputs recorded on real GPUs
@@ -43,7 +27,7 @@ def value(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: s
 def test_nvidia_smi_csv_h100_under_load() -> None:
     [h100] = gpu.parse_nvidia_smi_csv((FIXTURES / "gpu/nvidia-smi-h100-load.csv").read_text())
     assert h100.index == "0" and h100.name == "NVIDIA H100 80GB HBM3" and h100.vendor == "nvidia"
-    assert h100.bus == "00000000:00:09.0"
+    assert h100.bus == "0000:00:09.0"  # as sysfs spells it (nvidia-smi: 00000000:00:09.0)
     assert h100.utilization == 1.0
     assert h100.memory_used_bytes == 19818 * 1024**2 and h100.memory_total_bytes == 81559 * 1024**2
     assert h100.temperature_celsius == 59
@@ -79,7 +63,7 @@ def test_rocm_smi_json_newer_key_spelling() -> None:
 
 def test_amd_sysfs_reader(tmp_path: Path) -> None:
     """The amdgpu sysfs layout (kernel docs), values of the MI100 capture; non-AMD cards skipped."""
-    device = tmp_path / "pci0000:83:00.0"
+    device = tmp_path / "0000:83:00.0"
     (device / "hwmon/hwmon3").mkdir(parents=True)
     files = {"vendor": "0x1002\n", "gpu_busy_percent": "37\n", "mem_info_vram_used": "6750208\n",
              "mem_info_vram_total": "34342961152\n", "hwmon/hwmon3/temp1_input": "53000\n",
@@ -95,7 +79,7 @@ def test_amd_sysfs_reader(tmp_path: Path) -> None:
     (tmp_path / "drm/card1/device").symlink_to(other)
     (tmp_path / "drm/card0-DP-1").mkdir()  # connectors are not cards
     [card] = gpu.read_amd_sysfs(tmp_path / "drm")
-    assert card.index == "0" and card.utilization == 0.37 and card.bus == "pci0000:83:00.0"
+    assert card.index == "0" and card.utilization == 0.37 and card.bus == "0000:83:00.0"
     assert card.temperature_celsius == 55.0 and card.power_watts == 36.0
     assert card.memory_used_bytes == 6750208
 
@@ -266,7 +250,7 @@ class Good:
     def __init__(self) -> None:
         self.calls = 0
 
-    def collect(self) -> list[Any]:
+    def collect(self) -> list[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         self.calls += 1
@@ -279,7 +263,7 @@ class Flaky:
     def __init__(self) -> None:
         self.calls = 0
 
-    def collect(self) -> list[Any]:
+    def collect(self) -> list[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         self.calls += 1

@@ -72,6 +72,7 @@ def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = N
                 "port": spec.observability.exporter_port,
                 "plugins": spec.observability.plugins,
                 "scrape_interval": spec.observability.scrape_interval,
+                **({"peak_tflops": spec.observability.peak_tflops} if spec.observability.peak_tflops else {}),
             }
         )
     files.update(extra_files or {})

@@ -284,8 +284,11 @@ class Observability(Strict):
     tensorboard_port: Port = Field(6006, description="first port tried for TensorBoard")
     scrape_interval: int = Field(10, ge=1, le=3600, description="seconds between scrapes")
     plugins: list[Annotated[str, StringConstraints(pattern=PLUGIN_NAME_PATTERN)]] = Field(
-        default_factory=lambda: ["host", "gpu", "tensorboard"],
+        default_factory=lambda: ["host", "network", "gpu", "tensorboard"],
         description="exporter plugins, by name (a Python identifier: entry point or <plugins dir>/<name>.py)")
+    peak_tflops: float | None = Field(
+        None, gt=0, le=1e6, description="the GPU's dense BF16 peak TFLOP/s for MFU (mxc_train_mfu_ratio); default: "
+        "looked up from the GPU model (MI300X, MI325X, MI355X, H100, H200, B200; docs/metrics.md)")
 
 
 class Checkpoint(Strict):

@@ -1,4 +1,4 @@
-"""Exporter plugins shipped with mxc (host, gpu, tensorboard); more are found by entry point."""
+"""Exporter plugins shipped with mxc (host, network, gpu, tensorboard); more are found by entry point."""
 
 # What a plugin may be called: a Python identifier, because a name becomes a module name
 # (``mxc.plugins.<name>``) or a file name (``<plugins dir>/<name>.py``). Anything else (``../x``,

@@ -36,6 +36,7 @@ class PluginContext:
     node: str = ""
     ranks: tuple[int, ...] | None = None  # training ranks on this node (None: every rank found)
     tensorboard_dir: Path | None = None
+    site_exporters: Mapping[str, int] = field(default_factory=dict)  # exporters the site runs here: name -> port
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("mxc.exporter"))
 
 

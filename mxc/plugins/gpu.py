@@ -1,196 +1,95 @@
-"""GPU metrics: NVIDIA through ``nvidia-smi --query-gpu`` CSV, AMD through ``rocm-smi --json``
-or, without rocm-smi, the amdgpu sysfs files.
+"""GPU metrics: NVIDIA through ``nvidia-smi`` (``nvidia_smi.py``) or, where the site runs one, its
+dcgm-exporter (``dcgm.py``); AMD through ``rocm-smi --json``
+or, without rocm-smi, the amdgpu sysfs files (``amdgpu.py``); RAS counters per block for AMD and
+PCIe AER counters for both from sysfs (``pci_errors.py``).
 
-The command-line tools are what every node of a cluster has; their output is parsed by
-pure functions tested against outputs recorded on real GPUs (tests/fixtures/gpu/). Columns
-are found by name (the CSV header), not position, so a driver that adds fields does not
-shift values; ``[N/A]`` and ``[Not Supported]`` become missing values, not zeros.
+The command-line tools are what every node of a cluster has; their output is parsed by pure
+functions tested against outputs recorded on real GPUs (tests/fixtures/gpu/).
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import io
-import json
-import re
 import shutil
 import subprocess
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from mxc.plugins import amdgpu, pci_errors
 from mxc.plugins.api import PluginContext, PluginUnavailable
+from mxc.plugins.dcgm import DcgmExporter
+from mxc.plugins.gpu_reading import GpuReading
+from mxc.plugins.nvidia_smi import FIELDS as NVIDIA_FIELDS
+from mxc.plugins.nvidia_smi import NvidiaSmi
+from mxc.plugins.nvidia_smi import parse_csv as parse_nvidia_smi_csv
 
-NVIDIA_FIELDS = ("index", "name", "uuid", "pci.bus_id", "utilization.gpu", "memory.used", "memory.total",
-                 "temperature.gpu", "power.draw")
-NVIDIA_COMMAND = ["nvidia-smi", f"--query-gpu={','.join(NVIDIA_FIELDS)}", "--format=csv"]
-ROCM_COMMAND = ["rocm-smi", "--showuse", "--showmeminfo", "vram", "--showtemp", "--showpower", "--showproductname",
-                "--showbus", "--json"]
+parse_rocm_smi_json = amdgpu.parse_rocm_smi_json
+read_amd_sysfs = amdgpu.read_sysfs
+ROCM_COMMAND = amdgpu.ROCM_COMMAND
 COMMAND_TIMEOUT = 10.0
-MIB = 1024 * 1024
-AMD_VENDOR = "0x1002"
+__all__ = ["NVIDIA_FIELDS", "GpuPlugin", "GpuReading", "create", "detect", "families", "model_names",
+           "parse_nvidia_smi_csv", "parse_rocm_smi_json", "read_amd_sysfs"]
 
-
-@dataclass(frozen=True)
-class GpuReading:
-    index: str
-    vendor: str
-    name: str
-    bus: str = ""
-    utilization: float | None = None  # 0..1
-    memory_used_bytes: float | None = None
-    memory_total_bytes: float | None = None
-    temperature_celsius: float | None = None
-    power_watts: float | None = None
-
-
-def _number(text: str | None) -> float | None:
-    """'69.85 W', '100 %', '81559 MiB', '41' -> float; '[N/A]', 'N/A', '' -> None."""
-    if text is None:
-        return None
-    match = re.match(r"^\s*(-?\d+(?:\.\d+)?)", text)
-    return float(match.group(1)) if match else None
-
-
-def _header_name(column: str) -> str:
-    """'memory.used [MiB]' -> 'memory.used' (the header carries units unless nounits)."""
-    return column.split("[", 1)[0].strip()
-
-
-def parse_nvidia_smi_csv(text: str, fields: tuple[str, ...] = NVIDIA_FIELDS) -> list[GpuReading]:
-    """Rows of ``nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]``.
-
-    With a header, columns are matched by name (any field order, extra fields ignored);
-    without one, ``fields`` gives the order. Memory is reported in MiB.
-    """
-    rows = [row for row in csv.reader(io.StringIO(text), skipinitialspace=True) if row and any(c.strip() for c in row)]
-    if not rows:
-        return []
-    first = [_header_name(c) for c in rows[0]]
-    if "index" in first or "name" in first or "utilization.gpu" in first:
-        names, data = first, rows[1:]
-    else:
-        names, data = list(fields), rows
-    out: list[GpuReading] = []
-    for row in data:
-        cell = dict(zip(names, (c.strip() for c in row), strict=False))
-        used, total = _number(cell.get("memory.used")), _number(cell.get("memory.total"))
-        util = _number(cell.get("utilization.gpu"))
-        out.append(GpuReading(
-            index=cell.get("index", str(len(out))), vendor="nvidia", name=cell.get("name", ""),
-            bus=cell.get("pci.bus_id", ""),
-            utilization=None if util is None else util / 100,
-            memory_used_bytes=None if used is None else used * MIB,
-            memory_total_bytes=None if total is None else total * MIB,
-            temperature_celsius=_number(cell.get("temperature.gpu")),
-            power_watts=_number(cell.get("power.draw")),
-        ))
-    return out
-
-
-# rocm-smi renames keys between releases; the first key present wins.
-ROCM_TEMPERATURE = ("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)", "Temperature (Sensor memory) (C)")
-ROCM_POWER = ("Current Socket Graphics Package Power (W)", "Average Graphics Package Power (W)")
-ROCM_NAME = ("Card Series", "Card series", "Device Name", "Card model", "Card Model")
-
-
-def _first_number(card: dict[str, str], keys: tuple[str, ...]) -> float | None:
-    for key in keys:
-        value = _number(card.get(key))
-        if value is not None:
-            return value
-    return None
-
-
-def _first_text(card: dict[str, str], keys: tuple[str, ...]) -> str:
-    for key in keys:
-        if card.get(key, "").strip():
-            return card[key].strip()
-    return ""
-
-
-def parse_rocm_smi_json(text: str) -> list[GpuReading]:
-    """``rocm-smi --json``: one object per ``cardN`` (the ``system`` entry is skipped)."""
-    data = json.loads(text.strip() or "{}")
-    out = []
-    for key in sorted((k for k in data if re.fullmatch(r"card\d+", k)), key=lambda k: int(k[4:])):
-        card: dict[str, str] = data[key]
-        util = _number(card.get("GPU use (%)"))
-        out.append(GpuReading(
-            index=key[4:], vendor="amd", name=_first_text(card, ROCM_NAME), bus=card.get("PCI Bus", ""),
-            utilization=None if util is None else util / 100,
-            memory_used_bytes=_number(card.get("VRAM Total Used Memory (B)")),
-            memory_total_bytes=_number(card.get("VRAM Total Memory (B)")),
-            temperature_celsius=_first_number(card, ROCM_TEMPERATURE),
-            power_watts=_first_number(card, ROCM_POWER),
-        ))
-    return out
-
-
-def _read_number(path: Path) -> float | None:
-    try:
-        return _number(path.read_text())
-    except OSError:
-        return None
-
-
-def read_amd_sysfs(drm: Path = Path("/sys/class/drm")) -> list[GpuReading]:
-    """amdgpu's sysfs files (kernel docs: gpu_busy_percent, mem_info_vram_*, hwmon temp/power)."""
-    out = []
-    cards = sorted((p for p in drm.glob("card*") if re.fullmatch(r"card\d+", p.name)), key=lambda p: int(p.name[4:]))
-    for card in cards:
-        device = card / "device"
-        try:
-            if device.joinpath("vendor").read_text().strip() != AMD_VENDOR:
-                continue
-        except OSError:
-            continue
-        busy = _read_number(device / "gpu_busy_percent")
-        temperature = power = None
-        for hwmon in sorted(device.glob("hwmon/hwmon*")):
-            millideg = _read_number(hwmon / "temp2_input") or _read_number(hwmon / "temp1_input")  # temp2 = junction
-            micro_w = _read_number(hwmon / "power1_average") or _read_number(hwmon / "power1_input")
-            temperature = None if millideg is None else millideg / 1000
-            power = None if micro_w is None else micro_w / 1e6
-            break
-        bus = device.resolve().name if device.exists() else ""
-        name = ""
-        with contextlib.suppress(OSError):
-            name = device.joinpath("product_name").read_text().strip()
-        out.append(GpuReading(
-            index=card.name[4:], vendor="amd", name=name, bus=bus,
-            utilization=None if busy is None else busy / 100,
-            memory_used_bytes=_read_number(device / "mem_info_vram_used"),
-            memory_total_bytes=_read_number(device / "mem_info_vram_total"),
-            temperature_celsius=temperature, power_watts=power,
-        ))
-    return out
+LABELS = ["gpu", "vendor", "name"]
+PER_GPU = (  # one value per GPU: gauges, and counters (named _total)
+    ("mxc_gpu_utilization_ratio", "fraction of time a kernel ran (nvidia utilization.gpu, amd GPU use)", "utilization"),
+    ("mxc_gpu_memory_used_bytes", "device memory in use", "memory_used_bytes"),
+    ("mxc_gpu_memory_total_bytes", "device memory size", "memory_total_bytes"),
+    ("mxc_gpu_temperature_celsius", "GPU temperature (AMD: junction when reported)", "temperature_celsius"),
+    ("mxc_gpu_power_watts", "board/socket power draw", "power_watts"),
+    ("mxc_gpu_pcie_replays_total", "PCIe link replays (AMD pcie_replay_count): the link resent packets", "pcie_replays"),
+    ("mxc_gpu_row_remap_pending", "1 when a remapped memory row waits for a GPU reset to take effect (NVIDIA)",
+     "row_remap_pending"),
+)
 
 
 def families(readings: list[GpuReading]) -> list[Metric]:
-    labels = ["gpu", "vendor", "name"]
-    specs = [
-        ("mxc_gpu_utilization_ratio", "fraction of time a kernel ran (nvidia utilization.gpu, amd GPU use)", "utilization"),
-        ("mxc_gpu_memory_used_bytes", "device memory in use", "memory_used_bytes"),
-        ("mxc_gpu_memory_total_bytes", "device memory size", "memory_total_bytes"),
-        ("mxc_gpu_temperature_celsius", "GPU temperature (AMD: junction when reported)", "temperature_celsius"),
-        ("mxc_gpu_power_watts", "board/socket power draw", "power_watts"),
-    ]
     out: list[Metric] = []
-    for name, doc, attr in specs:
-        family = GaugeMetricFamily(name, doc, labels=labels)
+    for name, doc, attr in PER_GPU:
+        family_type = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily
+        family = family_type(name.removesuffix("_total"), doc, labels=LABELS)
         for r in readings:
             value = getattr(r, attr)
             if value is not None:
                 family.add_metric([r.index, r.vendor, r.name], value)
         out.append(family)
+    clocks = GaugeMetricFamily("mxc_gpu_clock_hertz", "current clock: graphics (AMD sclk, NVIDIA graphics) and memory "
+                               "(AMD mclk, NVIDIA memory); a graphics clock below its usual value under load is throttling",
+                               labels=[*LABELS, "clock"])
+    ecc = CounterMetricFamily("mxc_gpu_ecc_errors", "ECC/RAS errors by block and severity since the driver loaded (NVIDIA "
+                              "volatile counters; AMD ras/<block>_err_count). block=\"total\" is the GPU's total; do not "
+                              "sum the blocks (NVIDIA's overlap)", labels=[*LABELS, "block", "severity"])
+    aer = CounterMetricFamily("mxc_gpu_pcie_aer_errors", "PCIe AER errors of the GPU's PCI function (sysfs aer_dev_*)",
+                              labels=[*LABELS, "severity"])
+    throttled = CounterMetricFamily("mxc_gpu_throttled_seconds", "time clocks were held down, by reason (NVIDIA "
+                                    "clocks_event_reasons_counters: hw_thermal_slowdown, sw_power_cap, ...)",
+                                    labels=[*LABELS, "reason"])
+    remapped = GaugeMetricFamily("mxc_gpu_remapped_rows", "memory rows remapped after ECC errors (NVIDIA), by the "
+                                 "error that caused it", labels=[*LABELS, "kind"])
+    links = CounterMetricFamily("mxc_gpu_link_errors", "GPU-to-GPU link errors: NVLink per link (replay, recovery, crc: "
+                                "nvidia-smi nvlink -e) and AMD XGMI (the xgmi_wafl RAS block, link=\"all\")",
+                                labels=[*LABELS, "interconnect", "link", "kind"])
+    for r in readings:
+        at = [r.index, r.vendor, r.name]
+        for clock, value in (("graphics", r.clock_graphics_hertz), ("memory", r.clock_memory_hertz)):
+            if value is not None:
+                clocks.add_metric([*at, clock], value)
+        for (block, severity), count in sorted(r.ecc.items()):
+            ecc.add_metric([*at, block, severity], count)
+        for severity, count in sorted(r.pcie_aer.items()):
+            aer.add_metric([*at, severity], count)
+        for reason, seconds in sorted(r.throttled_seconds.items()):
+            throttled.add_metric([*at, reason], seconds)
+        for kind, rows in sorted(r.remapped_rows.items()):
+            remapped.add_metric([*at, kind], rows)
+        for (interconnect, link, kind), count in sorted(r.link_errors.items()):
+            links.add_metric([*at, interconnect, link, kind], count)
+    out.extend((clocks, ecc, aer, throttled, remapped, links))
     return out
 
 
-def _run(command: list[str]) -> str:
+def run_tool(command: list[str]) -> str:
     done = subprocess.run(command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{command[0]} exited {done.returncode}: {(done.stderr or done.stdout).strip()[:200]}")
@@ -200,15 +99,25 @@ def _run(command: list[str]) -> str:
 class GpuPlugin:
     name = "gpu"
 
-    def __init__(self, source: str) -> None:
-        self.source = source
+    def __init__(self, source: str, run: Callable[[list[str]], str] = run_tool, drm: Path = Path("/sys/class/drm"),
+                 pci_devices: Path = Path("/sys/bus/pci/devices"), dcgm_port: int = 9400) -> None:
+        self.source, self.run, self.drm, self.pci_devices = source, run, drm, pci_devices
+        self.nvidia = NvidiaSmi(run) if source == "nvidia-smi" else None
+        self.dcgm = DcgmExporter(dcgm_port) if source == "dcgm-exporter" else None
 
     def read(self) -> list[GpuReading]:
-        if self.source == "nvidia-smi":
-            return parse_nvidia_smi_csv(_run(NVIDIA_COMMAND))
-        if self.source == "rocm-smi":
-            return parse_rocm_smi_json(_run(ROCM_COMMAND))
-        return read_amd_sysfs()
+        if self.dcgm is not None:
+            readings = self.dcgm.read()
+        elif self.nvidia is not None:
+            readings = self.nvidia.read()
+        elif self.source == "rocm-smi":
+            readings = parse_rocm_smi_json(self.run(ROCM_COMMAND))
+        else:
+            readings = read_amd_sysfs(self.drm)
+        if self.source in ("rocm-smi", "sysfs"):
+            amdgpu.add_sysfs_errors(readings, self.drm)
+        pci_errors.add_aer(readings, self.pci_devices)
+        return readings
 
     def collect(self) -> Iterable[Metric]:
         return families(self.read())
@@ -224,7 +133,27 @@ def detect() -> str | None:
     return None
 
 
+def model_names(source: str | None = None, run: Callable[[list[str]], str] = run_tool) -> list[str]:
+    """The names of this node's GPUs ([] without one), asked once (MFU needs the model)."""
+    source = source if source is not None else detect()
+    try:
+        if source == "nvidia-smi":
+            return [line.strip() for line in run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()
+                    if line.strip()]
+        if source == "rocm-smi":
+            return [r.name for r in parse_rocm_smi_json(run(["rocm-smi", "--showproductname", "--json"]))]
+        if source == "sysfs":
+            return [r.name for r in read_amd_sysfs()]
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
+        return []
+    return []
+
+
 def create(context: PluginContext) -> GpuPlugin:
+    dcgm_port = context.site_exporters.get("dcgm-exporter")
+    if dcgm_port is not None:  # NVIDIA's exporter already polls these GPUs: read its page, do not poll them twice
+        context.log.info("gpu: reading the dcgm-exporter on port %d", dcgm_port)
+        return GpuPlugin("dcgm-exporter", dcgm_port=dcgm_port)
     source = detect()
     if source is None:
         raise PluginUnavailable("no GPU found (no nvidia-smi, no rocm-smi, no amdgpu in /sys/class/drm)")

@@ -1,19 +1,24 @@
-"""Host metrics from procfs: CPU, memory, load, disks, network, free space where the run writes.
+"""Host metrics from procfs: CPU, memory, load, disks, network bytes, free space where the run
+writes, the kernel's stall signals (PSI, OOM kills, D-state, dirty pages: ``stalls.py``) and GPU
+driver errors in the kernel log (``kmsg.py``).
 
 Read straight from ``/proc`` (a few small files per scrape, no psutil) so the exporter costs
 nothing measurable next to training. Parsers take the file text, so tests feed them
 recorded files; ``proc`` is a parameter so a test can point the plugin at a fixture tree.
+Each part is read on its own: a file this kernel does not have (no PSI, no readable
+/dev/kmsg) leaves out that part's series, logged once, never the rest.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from mxc.plugins import kmsg, stalls
 from mxc.plugins.api import PluginContext
 
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -78,39 +83,75 @@ class NetIO:
     interface: str
     received_bytes: int
     transmitted_bytes: int
+    received_packets: int = 0
+    transmitted_packets: int = 0
+    receive_errors: int = 0
+    transmit_errors: int = 0
+    receive_drops: int = 0  # the kernel's rx_dropped + rx_missed_errors (the NIC's ring overflowed)
+    transmit_drops: int = 0
 
 
 def parse_net_dev(text: str) -> list[NetIO]:
+    """``/proc/net/dev``: the per-interface counters of /sys/class/net/*/statistics, all in one read."""
     out = []
     for line in text.splitlines()[2:]:
         name, sep, rest = line.partition(":")
-        fields = rest.split()
-        if not sep or len(fields) < 9:
+        fields = [int(v) for v in rest.split()]
+        if not sep or len(fields) < 12:
             continue
-        out.append(NetIO(name.strip(), int(fields[0]), int(fields[8])))
+        out.append(NetIO(name.strip(), received_bytes=fields[0], transmitted_bytes=fields[8],
+                         received_packets=fields[1], transmitted_packets=fields[9], receive_errors=fields[2],
+                         transmit_errors=fields[10], receive_drops=fields[3], transmit_drops=fields[11]))
     return out
 
 
 class HostPlugin:
     name = "host"
 
-    def __init__(self, context: PluginContext, proc: Path = Path("/proc"), sys_block: Path = Path("/sys/block")) -> None:
+    def __init__(self, context: PluginContext, proc: Path = Path("/proc"), sys_block: Path = Path("/sys/block"),
+                 kernel_log: Path | None = Path("/dev/kmsg")) -> None:
         self.proc = proc
         self.ticks = os.sysconf("SC_CLK_TCK")
         self.watch_path = context.run_dir
+        self.log = context.log
+        self._failed: set[str] = set()  # parts whose failure was logged (once)
         try:
             self.whole_disks: set[str] | None = {p.name for p in sys_block.iterdir()}
         except OSError:
             self.whole_disks = None
+        self.kernel_log: kmsg.KernelLog | None = None
+        if kernel_log is not None:
+            try:
+                self.kernel_log = kmsg.KernelLog(kernel_log)
+            except OSError as exc:
+                self.log.info("host: kernel log %s not readable (%s): no GPU driver error counts", kernel_log,
+                              exc.strerror or exc)
 
     def _read(self, name: str) -> str:
         return (self.proc / name).read_text()
 
     def collect(self) -> Iterable[Metric]:
-        return list(self._families())
+        out: list[Metric] = []
+        stat, meminfo = self._read("stat"), parse_meminfo(self._read("meminfo"))  # the basics: no host plugin without
+        parts: list[tuple[str, Callable[[], Iterator[Metric]]]] = [
+            ("cpu", lambda: self._cpu(stat)),
+            ("memory", lambda: self._memory(meminfo)),
+            ("stalls", lambda: stalls.families(stalls.read(self.proc, stat, meminfo))),
+            ("disks", self._disks),
+            ("network", self._network),
+            ("filesystem", self._filesystem),
+            ("kernel log", self._kernel_log),
+        ]
+        for part, families in parts:
+            try:
+                out.extend(families())
+            except (OSError, ValueError) as exc:
+                if part not in self._failed:
+                    self._failed.add(part)
+                    self.log.warning("host: %s left out: %s", part, exc)
+        return out
 
-    def _families(self) -> Iterator[Metric]:
-        stat = self._read("stat")
+    def _cpu(self, stat: str) -> Iterator[Metric]:
         cpu = CounterMetricFamily("mxc_host_cpu_seconds", "CPU time summed over all CPUs, by mode (/proc/stat)",
                                   labels=["mode"])
         for mode, seconds in parse_cpu_seconds(stat, self.ticks).items():
@@ -121,11 +162,12 @@ class HostPlugin:
         yield GaugeMetricFamily("mxc_host_load1", "1-minute load average", value=one)
         yield GaugeMetricFamily("mxc_host_load5", "5-minute load average", value=five)
 
-        mem = parse_meminfo(self._read("meminfo"))
+    def _memory(self, mem: dict[str, int]) -> Iterator[Metric]:
         yield GaugeMetricFamily("mxc_host_memory_total_bytes", "MemTotal", value=mem.get("MemTotal", 0))
         yield GaugeMetricFamily("mxc_host_memory_available_bytes", "MemAvailable: what can be allocated without swapping",
                                 value=mem.get("MemAvailable", mem.get("MemFree", 0)))
 
+    def _disks(self) -> Iterator[Metric]:
         read = CounterMetricFamily("mxc_host_disk_read_bytes", "bytes read per disk (/proc/diskstats)", labels=["device"])
         written = CounterMetricFamily("mxc_host_disk_written_bytes", "bytes written per disk", labels=["device"])
         busy = CounterMetricFamily("mxc_host_disk_io_seconds", "seconds the disk was busy", labels=["device"])
@@ -135,6 +177,7 @@ class HostPlugin:
             busy.add_metric([disk.device], disk.io_seconds)
         yield from (read, written, busy)
 
+    def _network(self) -> Iterator[Metric]:
         rx = CounterMetricFamily("mxc_host_network_received_bytes", "bytes received per interface (/proc/net/dev)",
                                  labels=["interface"])
         tx = CounterMetricFamily("mxc_host_network_transmitted_bytes", "bytes sent per interface", labels=["interface"])
@@ -143,15 +186,35 @@ class HostPlugin:
             tx.add_metric([nic.interface], nic.transmitted_bytes)
         yield from (rx, tx)
 
-        if self.watch_path is not None and self.watch_path.exists():
-            fs = os.statvfs(self.watch_path)
-            labels = [str(self.watch_path)]
-            free = GaugeMetricFamily("mxc_host_filesystem_free_bytes", "free bytes where the run writes (checkpoints)",
-                                     labels=["path"])
-            free.add_metric(labels, fs.f_bavail * fs.f_frsize)
-            size = GaugeMetricFamily("mxc_host_filesystem_size_bytes", "size of that file system", labels=["path"])
-            size.add_metric(labels, fs.f_blocks * fs.f_frsize)
-            yield from (free, size)
+    def _filesystem(self) -> Iterator[Metric]:
+        if self.watch_path is None or not self.watch_path.exists():
+            return
+        fs = os.statvfs(self.watch_path)
+        labels = [str(self.watch_path)]
+        free = GaugeMetricFamily("mxc_host_filesystem_free_bytes", "free bytes where the run writes (checkpoints)",
+                                 labels=["path"])
+        free.add_metric(labels, fs.f_bavail * fs.f_frsize)
+        size = GaugeMetricFamily("mxc_host_filesystem_size_bytes", "size of that file system", labels=["path"])
+        size.add_metric(labels, fs.f_blocks * fs.f_frsize)
+        yield from (free, size)
+
+    def _kernel_log(self) -> Iterator[Metric]:
+        readable = self.kernel_log is not None
+        yield GaugeMetricFamily("mxc_host_kernel_log_readable", "1 when the exporter can read the kernel log "
+                                "(/dev/kmsg: root or CAP_SYSLOG), so GPU driver errors are counted", value=int(readable))
+        if self.kernel_log is None:
+            return
+        counts = self.kernel_log.poll()
+        errors = CounterMetricFamily("mxc_host_kernel_gpu_errors", "GPU driver errors logged by the kernel: NVIDIA Xid "
+                                     "events, amdgpu lines at warning level or worse", labels=["driver"])
+        for driver, count in sorted(counts.by_driver.items()):
+            errors.add_metric([driver], count)
+        yield errors
+        xids = CounterMetricFamily("mxc_host_kernel_gpu_xid", "NVIDIA Xid events by Xid code (NVIDIA's Xid catalog "
+                                   "says what each code means: 48 double-bit ECC, 79 fell off the bus, ...)", labels=["xid"])
+        for code, count in sorted(counts.by_xid.items(), key=lambda item: int(item[0])):
+            xids.add_metric([code], count)
+        yield xids
 
 
 def create(context: PluginContext) -> HostPlugin:

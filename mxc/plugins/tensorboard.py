@@ -1,10 +1,16 @@
-"""Training metrics: step, loss, step time, tokens/s, learning rate, read incrementally.
+"""Training metrics: step, loss, step time, tokens/s, learning rate, MFU, and every other scalar
+MaxText logs (``mxc_train_scalar{tag}``: param norm, MoE load-balance loss, MTP loss, eval loss,
+whatever a MaxText version adds), read incrementally.
 
 Source, in order of preference:
 
 1. MaxText's ``metrics_file`` JSON lines, one file per attempt and rank
    (``<run>/metrics/attempt-N.rank-R.jsonl``): full precision, written every step.
 2. Otherwise MaxText's TensorBoard event files (any MaxText run, also one mxc did not start).
+
+MFU is the model TFLOP/s per device MaxText logs over the GPU's dense BF16 peak
+(``peak_flops.py``): ``observability.peak_tflops`` from the spec, else the peak of the model this
+node's GPUs report; without either there is no MFU series (CPU runs).
 
 Series carry the run (a target label) and the rank, never the attempt: a restart continues
 the same series. The attempt is a value of its own (``mxc_train_attempt``), so restarts read
@@ -16,17 +22,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from mxc.plugins import gpu, peak_flops
 from mxc.plugins.api import PluginContext
 from mxc.plugins.tail import EventFileTail, JsonlTail
 
 PART = re.compile(r"^attempt-(?P<attempt>\d+)\.rank-(?P<rank>\d+)\.jsonl$")
 LOSS = "learning/loss"
+TFLOPS = "perf/per_device_tflops_per_sec"
+STEP_TIME = "perf/step_time_seconds"
+MAX_TAGS = 256  # scalars kept per rank: a runaway writer cannot grow the exporter's page without bound
 # MaxText key -> (metric name, help)
 GAUGES: dict[str, tuple[str, str]] = {
     LOSS: ("mxc_train_loss", "training loss of the newest logged step (MaxText learning/loss)"),
@@ -44,14 +56,33 @@ class RankState:
     steps: int = 0  # steps logged (recomputed ones count again)
     last_step: int | None = None
     attempt: int | None = None
-    values: dict[str, float] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)  # GAUGES of the newest step
+    scalars: dict[str, float] = field(default_factory=dict)  # every scalar tag -> its newest value
+    tag_steps: dict[str, int] = field(default_factory=dict)  # tag -> step of that value
     seen_at: float | None = None  # when the newest step was written (file mtime)
+    recent: deque[tuple[float, float]] = field(default_factory=deque)  # (when read, step time) of recent steps
+
+    def step_time(self, seconds: float, now: float, window: float) -> None:
+        self.recent.append((now, seconds))
+        self.forget(now, window)
+
+    def forget(self, now: float, window: float) -> None:
+        while self.recent and now - self.recent[0][0] > window:
+            self.recent.popleft()
+
+    def scalar(self, tag: str, step: int, value: float, newest_wins: bool = False) -> None:
+        """Keep a tag's value: the newest line's (metrics files, read in order, where a restart
+        recomputes earlier steps), or the highest step's (event files, like the gauges)."""
+        if tag not in self.scalars and len(self.scalars) >= MAX_TAGS:
+            return
+        if newest_wins or step >= self.tag_steps.get(tag, step):
+            self.scalars[tag], self.tag_steps[tag] = value, step
 
 
 class TrainingMetricsPlugin:
     name = "tensorboard"
 
-    def __init__(self, context: PluginContext) -> None:
+    def __init__(self, context: PluginContext, clock: Callable[[], float] = time.monotonic) -> None:
         self.run_dir = context.run_dir
         self.ranks = context.ranks
         self.tensorboard_dir = context.tensorboard_dir or _tensorboard_dir(context.run_dir)
@@ -59,6 +90,12 @@ class TrainingMetricsPlugin:
         self.events: dict[Path, EventFileTail] = {}
         self.state: dict[int, RankState] = {}
         self.source = "none"
+        self.peak = _peak(context)
+        self.clock = clock
+        # Every step read is in the max of the scrapes of the next 2 intervals: none is missed by
+        # sampling, whoever else reads the page in between (a scrape reads the steps logged since the last).
+        interval = context.config.get("scrape_interval", 10)
+        self.window = 2.0 * (float(interval) if isinstance(interval, (int, float)) and interval > 0 else 10.0)
 
     # ---- reading
 
@@ -98,10 +135,19 @@ class TrainingMetricsPlugin:
 
     def _apply_lines(self, state: RankState, attempt: int, lines: list[dict[str, object]], path: Path) -> None:
         for line in lines:
-            if LOSS not in line or "step" not in line:
-                continue  # eval lines and anything else MaxText may add
+            step = _step(line.get("step"))
+            if step is None:
+                continue
+            for key, value in line.items():
+                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    state.scalar(key, step, float(value), newest_wins=True)
+            if LOSS not in line:
+                continue  # eval lines and anything else MaxText may add: scalars only, not a training step
+            seconds = line.get(STEP_TIME)
+            if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+                state.step_time(float(seconds), self.clock(), self.window)
             state.steps += 1
-            state.last_step = int(float(str(line["step"])))
+            state.last_step = step
             state.attempt = attempt
             for key in GAUGES:
                 value = line.get(key)
@@ -113,6 +159,9 @@ class TrainingMetricsPlugin:
         by_step: dict[int, dict[str, float]] = {}
         wall: dict[int, float] = {}
         for event in tail.read_new():
+            state.scalar(event.tag, event.step, event.value)
+            if event.tag == STEP_TIME:
+                state.step_time(event.value, self.clock(), self.window)
             if event.tag in GAUGES:
                 by_step.setdefault(event.step, {})[event.tag] = event.value
                 wall[event.step] = event.wall_time
@@ -136,6 +185,18 @@ class TrainingMetricsPlugin:
         seen = GaugeMetricFamily("mxc_train_last_step_timestamp_seconds", "when the newest step was logged (unix time)",
                                  labels=labels)
         gauges = {key: GaugeMetricFamily(name, doc, labels=labels) for key, (name, doc) in GAUGES.items()}
+        scalars = GaugeMetricFamily("mxc_train_scalar", "every scalar MaxText logs, by its TensorBoard tag "
+                                    "(learning/param_norm, learning/moe_lb_loss, eval/avg_loss, ...): newest value",
+                                    labels=[*labels, "tag"])
+        slowest = GaugeMetricFamily("mxc_train_step_time_max_seconds", "the longest step among those logged in the last "
+                                    "two scrape intervals: a slow step shows even when several steps pass between scrapes",
+                                    labels=labels)
+        mfu = GaugeMetricFamily("mxc_train_mfu_ratio", "model FLOPs utilisation: MaxText's model TFLOP/s per device over "
+                                "the GPU's dense BF16 peak (mxc_train_peak_tflops_per_device)", labels=labels)
+        peak = GaugeMetricFamily("mxc_train_peak_tflops_per_device", "the dense BF16 peak MFU is computed against, and "
+                                 "the GPU model it is for (or \"spec\": observability.peak_tflops)", labels=["model"])
+        if self.peak is not None:
+            peak.add_metric([self.peak.model], self.peak.bf16_dense_tflops)
         for rank, state in sorted(self.state.items()):
             if state.last_step is None:
                 continue
@@ -148,7 +209,28 @@ class TrainingMetricsPlugin:
                 seen.add_metric(label, state.seen_at)
             for key, value in state.values.items():
                 gauges[key].add_metric(label, value)
-        return [steps, last, attempt, seen, *gauges.values()]
+            for tag, value in sorted(state.scalars.items()):
+                scalars.add_metric([*label, tag], value)
+            state.forget(self.clock(), self.window)
+            if state.recent:
+                slowest.add_metric(label, max(seconds for _, seconds in state.recent))
+            if self.peak is not None and TFLOPS in state.values:
+                mfu.add_metric(label, state.values[TFLOPS] / self.peak.bf16_dense_tflops)
+        return [steps, last, attempt, seen, *gauges.values(), slowest, scalars, mfu, peak]
+
+
+def _step(value: object) -> int | None:
+    try:
+        return int(float(str(value)))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _peak(context: PluginContext) -> peak_flops.Peak | None:
+    configured = context.config.get("peak_tflops")
+    if isinstance(configured, (int, float)) and not isinstance(configured, bool) and configured > 0:
+        return peak_flops.Peak("spec", float(configured))
+    return peak_flops.node_peak(gpu.model_names())
 
 
 def _mtime(path: Path) -> float | None:

@@ -3,9 +3,10 @@
 Run as ``python -m mxc.runtime.observe.exporter --config <bundle>/exporter.json --run-dir RUN``.
 It binds ``bind`` (127.0.0.1 unless the spec says otherwise) on the first free port from
 the configured one upward, trying the bind itself (no check-then-bind race), and writes a
-ready file (JSON: pid, bind, port, plugin states) atomically once it serves, which is how
-the run learns the port. SIGTERM/SIGINT stop it cleanly. It never imports jax, ray or
-maxtext, so it starts in a fraction of a second.
+ready file (JSON: pid, bind, port, plugin states, the site's own exporters found on this node:
+``site_exporters.py``) atomically once it serves, which is how the run learns the port.
+SIGTERM/SIGINT stop it cleanly. It never imports jax, ray or maxtext, so it starts in a
+fraction of a second.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from mxc.fsutil import mxc_home, write_json_atomic
 from mxc.plugins.api import PluginContext
+from mxc.runtime.observe import site_exporters
 from mxc.runtime.observe.plugin_host import PluginHost
 from mxc.runtime.observe.run_events import EVENTS, RunEventsCollector
 
@@ -46,9 +48,10 @@ def serve(registry: CollectorRegistry, bind: str, first_port: int, tries: int = 
 
 
 def build_registry(config: dict[str, Any], run_dir: Path | None, plugin_dirs: Sequence[Path],
-                   ranks: tuple[int, ...] | None, tensorboard_dir: Path | None) -> tuple[CollectorRegistry, PluginHost]:
+                   ranks: tuple[int, ...] | None, tensorboard_dir: Path | None,
+                   site: dict[str, int] | None = None) -> tuple[CollectorRegistry, PluginHost]:
     context = PluginContext(run_dir=run_dir, config=config, node=socket.gethostname(), ranks=ranks,
-                            tensorboard_dir=tensorboard_dir, log=log)
+                            tensorboard_dir=tensorboard_dir, site_exporters=site or {}, log=log)
     extra = []
     if run_dir is not None:
         extra.append(("run", RunEventsCollector(run_dir / "observability" / EVENTS)))
@@ -86,12 +89,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     bind = args.bind or config.get("bind") or "127.0.0.1"
     first_port = args.port or int(config.get("port") or 9400)
     plugin_dirs = [*args.plugins_dir, *default_plugin_dirs()]
+    site = site_exporters.detect()
+    if site:
+        log.info("exporters the site runs here: %s", ", ".join(f"{n} on port {p}" for n, p in sorted(site.items())))
     registry, host = build_registry(config, args.run_dir, plugin_dirs, tuple(args.rank) if args.rank else None,
-                                    args.tensorboard_dir)
+                                    args.tensorboard_dir, site)
     server, port = serve(registry, bind, first_port)
     log.info("serving http://%s:%d/metrics (pid %d)", bind, port, os.getpid())
     if args.ready_file:
-        write_json_atomic(args.ready_file, {"pid": os.getpid(), "bind": bind, "port": port, "plugins": host.status()})
+        write_json_atomic(args.ready_file, {"pid": os.getpid(), "bind": bind, "port": port, "plugins": host.status(),
+                                            "site_exporters": site})
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -38,7 +38,7 @@ from mxc.node.contract import Observability as ObservabilitySettings
 from mxc.node.contract import RunContract
 from mxc.runtime.hooks import TrainingProcess
 from mxc.runtime.lifetime import tied_to_caller
-from mxc.runtime.observe import run_events
+from mxc.runtime.observe import run_events, site_exporters
 from mxc.runtime.observe.prometheus import PrometheusServer, write_targets
 from mxc.runtime.observe.ray_launcher import RayHead, RayLauncher
 from mxc.runtime.procfs import ProcessId
@@ -199,6 +199,11 @@ class Observability:
                                       "plugins": info.get("plugins", {})})
         write_targets(prometheus_dir(run) / "targets", f"exporter-{self.node}", [address],
                       {"run": run.run_id, "node": self.node})
+        site = info.get("site_exporters") or {}
+        if isinstance(site, dict) and site:  # node_exporter, dcgm-exporter: scraped where Prometheus reaches this node
+            self.info["exporter"]["site_exporters"] = site
+            site_exporters.write_site_targets(prometheus_dir(run) / "targets", self.node, host, site,
+                                              {"run": run.run_id, "node": self.node})
 
     def _start_prometheus(self, run: RunDir, bundle: Path | None) -> None:
         home = prometheus_dir(run)

@@ -4,7 +4,7 @@ Discovery, in order (the first plugin found under a name wins):
 
 1. ``*.py`` files in the plugins directories (``--plugins-dir``; ``$MXC_HOME/plugins``), all
    of them: dropping a file there enables it;
-2. the entry point group ``mxc.exporter_plugins`` (mxc's own: host, gpu, tensorboard);
+2. the entry point group ``mxc.exporter_plugins`` (mxc's own: host, network, gpu, tensorboard);
 3. ``mxc.plugins.<name>`` itself, for an editable install whose entry points are stale.
 
 Names listed in exporter.json but found nowhere are reported as disabled ("not found"), and
