@@ -5,8 +5,8 @@ for container runs, of the container runtime that starts it); the node program i
 ``python3 -E -s`` and never reads them. Some variables are *instructions* to the programs that do
 read them, not settings of the training: ``BASH_ENV: "$(cmd)"`` runs ``cmd`` in every bash the
 training or a tool it calls starts, ``LD_PRELOAD`` loads a library into every process,
-``APPTAINER_BIND`` adds read-write mounts the spec's ``runtime.mounts`` never showed. A reviewer reading a value does not see that it runs code.
-Three classes (docs/spec-reference.md lists them):
+``APPTAINER_BIND`` adds read-write mounts the spec's ``runtime.mounts`` never showed. A reviewer
+reading a value does not see that it runs code. Three classes (docs/spec-reference.md lists them):
 
 - **refused**: what bash acts on (bash(1) ENVIRONMENT / Shell Variables: startup files, prompts,
   xtrace, word splitting, exported functions, its own state) and what Slurm gives each task
