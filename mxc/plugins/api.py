@@ -13,7 +13,7 @@ and as ``*.py`` files in a plugins directory (``--plugins-dir``, ``$MXC_HOME/plu
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,3 +49,24 @@ class ExporterPlugin(Protocol):
 
 class PluginFactory(Protocol):
     def __call__(self, context: PluginContext) -> ExporterPlugin: ...
+
+
+@dataclass
+class Parts:
+    """A plugin's independent sources (``/proc/pressure``, the kernel log, ...): one that fails drops
+    only its own series, and its reason is logged once, not on every scrape."""
+
+    plugin: str
+    log: logging.Logger
+    failed: set[str] = field(default_factory=set)
+
+    def collect(self, parts: Sequence[tuple[str, Callable[[], Iterator[Metric]]]]) -> list[Metric]:
+        out: list[Metric] = []
+        for part, families in parts:
+            try:
+                out.extend(families())
+            except (OSError, ValueError) as exc:
+                if part not in self.failed:
+                    self.failed.add(part)
+                    self.log.warning("%s: %s left out: %s", self.plugin, part, exc)
+        return out

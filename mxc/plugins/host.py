@@ -19,7 +19,7 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from mxc.plugins import kmsg, stalls
-from mxc.plugins.api import PluginContext
+from mxc.plugins.api import Parts, PluginContext
 
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's sector size
@@ -114,7 +114,7 @@ class HostPlugin:
         self.ticks = os.sysconf("SC_CLK_TCK")
         self.watch_path = context.run_dir
         self.log = context.log
-        self._failed: set[str] = set()  # parts whose failure was logged (once)
+        self._parts = Parts("host", self.log)
         try:
             self.whole_disks: set[str] | None = {p.name for p in sys_block.iterdir()}
         except OSError:
@@ -131,7 +131,6 @@ class HostPlugin:
         return (self.proc / name).read_text()
 
     def collect(self) -> Iterable[Metric]:
-        out: list[Metric] = []
         stat, meminfo = self._read("stat"), parse_meminfo(self._read("meminfo"))  # the basics: no host plugin without
         parts: list[tuple[str, Callable[[], Iterator[Metric]]]] = [
             ("cpu", lambda: self._cpu(stat)),
@@ -142,14 +141,7 @@ class HostPlugin:
             ("filesystem", self._filesystem),
             ("kernel log", self._kernel_log),
         ]
-        for part, families in parts:
-            try:
-                out.extend(families())
-            except (OSError, ValueError) as exc:
-                if part not in self._failed:
-                    self._failed.add(part)
-                    self.log.warning("host: %s left out: %s", part, exc)
-        return out
+        return self._parts.collect(parts)
 
     def _cpu(self, stat: str) -> Iterator[Metric]:
         cpu = CounterMetricFamily("mxc_host_cpu_seconds", "CPU time summed over all CPUs, by mode (/proc/stat)",

@@ -16,7 +16,7 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from mxc.plugins import rdma, tcp
-from mxc.plugins.api import PluginContext
+from mxc.plugins.api import Parts, PluginContext
 from mxc.plugins.host import parse_net_dev
 
 SKIP_INTERFACES = ("veth",)  # one per container on a busy host: hundreds of series that say nothing about the job
@@ -29,21 +29,13 @@ class NetworkPlugin:
                  infiniband: Path = Path("/sys/class/infiniband")) -> None:
         self.proc, self.sys_net, self.infiniband = proc, sys_net, infiniband
         self.log = context.log
-        self._failed: set[str] = set()
+        self._parts = Parts("network", self.log)
 
     def collect(self) -> Iterable[Metric]:
-        out: list[Metric] = []
         parts: list[tuple[str, Callable[[], Iterator[Metric]]]] = [
             ("tcp", self._tcp), ("interfaces", self._interfaces), ("rdma", lambda: rdma.families(rdma.read_all(self.infiniband))),
         ]
-        for part, families in parts:
-            try:
-                out.extend(families())
-            except (OSError, ValueError) as exc:
-                if part not in self._failed:
-                    self._failed.add(part)
-                    self.log.warning("network: %s left out: %s", part, exc)
-        return out
+        return self._parts.collect(parts)
 
     def _tcp(self) -> Iterator[Metric]:
         counters = tcp.parse_snmp((self.proc / "net/snmp").read_text())
