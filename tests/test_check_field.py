@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import yaml
 
-from mxc.compiler.check import Lock
 from mxc.compiler.check.catalogs import (
     env_catalog,
     maxtext_catalog,
@@ -32,7 +31,7 @@ from mxc.compiler.check.catalogs import (
 )
 from mxc.compiler.check.findings import Finding
 from mxc.compiler.check.matrix import expand, parse_matrix
-from mxc.compiler.check.runner import _base, check_combination
+from mxc.compiler.check.runner import Lock, _base, check_combination
 from mxc.compiler.check.subject import choose_jaxlib, choose_maxtext, image_name
 from mxc.compiler.loader import load_yaml
 from mxc.compiler.schema import RESERVED_OVERRIDES, JobSpec

@@ -129,8 +129,7 @@ def test_shipped_sweep_is_found_in_specs(mxc: Mxc) -> None:
 def test_fast_path_equals_full_validation_and_full_rule_runs() -> None:
     """The matrix shortcut (re-validate only changed sections, reuse rules that read none of them)
     gives the same spec and the same findings as checking every combination from scratch."""
-    from mxc.compiler.check import Lock
-    from mxc.compiler.check.runner import _base, check_combination
+    from mxc.compiler.check.runner import Lock, _base, check_combination
     from mxc.compiler.schema import JobSpec
 
     # The shortcut relies on JobSpec's own validators being exactly these (see runner._FAST_SECTIONS).

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from mxc.compiler.check import RULES, Lock
 from mxc.compiler.check.findings import Finding
+from mxc.compiler.check.registry import RULES
+from mxc.compiler.check.runner import Lock
 from tests.check_support import CPU_SPEC, GPU_SPEC, check, line_of, of_rule, spec
 
 

@@ -51,11 +51,11 @@ CASES: dict[str, tuple[bytes, list[str]]] = {
     ),
     "alias bomb": (
         (GOOD + 'a: &a ["x", "x"]\nb: &b [*a, *a, *a]\nc: [*b, *b, *b]\n').encode(),
-        [r"spec\.yaml:8: YAML: YAML aliases \(\*name\) are not allowed"],
+        [r"spec\.yaml:8:\d+: YAML: YAML aliases \(\*name\) are not allowed"],
     ),
     "invalid YAML": (
         (GOOD + "resources: [\n").encode(),
-        [r"spec\.yaml:\d+: YAML: "],
+        [r"spec\.yaml:\d+:\d+: YAML: "],
     ),
     "unknown model": (
         GOOD.replace("model_name: default", "model_name: lama2-70b").encode(),
@@ -72,6 +72,29 @@ CASES: dict[str, tuple[bytes, list[str]]] = {
     "reserved override": (
         GOOD.replace("  model_name: default", "  model_name: default\n  overrides:\n    run_name: x").encode(),
         [r"spec\.yaml:7: model\.overrides: 'run_name' is set by mxc"],
+    ),
+    "MaxText override key typo": (
+        GOOD.replace("  model_name: default", "  model_name: default\n  overrides:\n    stepz: 30").encode(),
+        [r"spec\.yaml:8: model\.overrides\.stepz: 'stepz' is not a MaxText 0\.2\.5 config key \(did you mean 'steps'\?\)"],
+    ),
+    "MaxText override value type": (
+        GOOD.replace("  model_name: default", "  model_name: default\n  overrides:\n    steps: thirty").encode(),
+        [r"spec\.yaml:8: model\.overrides\.steps: expected an integer, got 'thirty' \(default: "],
+    ),
+    "one line per union error": (
+        (GOOD + "env:\n  vars:\n    FOO: [1, 2]\n    BAR:\n").encode(),
+        [r"spec\.yaml:9: env\.vars\.FOO: expected true or false, an integer, a number or a string, got \[1, 2\] "
+         r"\(one value only; to pass a list or mapping as text, quote it: '\[1, 2\]'\)$",
+         r"spec\.yaml:10: env\.vars\.BAR: expected true or false, an integer, a number or a string, got null "
+         r"\(an empty value is null"],
+    ),
+    "YAML error at its line and column": (
+        GOOD.replace("  model_name: default", "  model_name: default\n  overrides: {steps: 3").encode(),
+        [r"spec\.yaml:7:14: YAML: a '\{' mapping that is never closed \(.*at line 8, column 1\) \(close it with '\}'"],
+    ),
+    "YAML tab indentation": (
+        (GOOD + "resources:\n\tnodes: 2\n").encode(),
+        [r"spec\.yaml:8:1: YAML: .*\(indent with spaces, not tabs\)"],
     ),
     "several problems at once": (
         (GOOD + "resources:\n  nodes: 0\n  gpus_per_node: -1\n").encode(),
@@ -97,6 +120,8 @@ def test_bad_spec_exit_2_with_location_and_store_unchanged(case: str, mxc: Mxc, 
     assert lines[-1].endswith("nothing was written")
     assert result.stdout == ""
     assert store_snapshot(mxc_home) == before
+    # Nothing made up: no error names a union member as if it were a key (env.vars.FOO.bool).
+    assert not re.search(r"\.(bool|int|float|str)(:| )", result.stderr), result.stderr
 
 
 def test_extends_cycle_and_missing_parent(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
@@ -138,3 +163,36 @@ def test_shipped_specs_are_clean_yaml() -> None:
 
     for path in (REPO / "specs").rglob("*.yaml"):
         load_yaml(str(path), path.read_text("utf-8"))
+
+
+def test_union_errors_are_one_line_each_in_check_too(mxc: Mxc, tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(GOOD + "env:\n  vars:\n    FOO: {a: 1}\n")
+    result = mxc("check", str(spec), cwd=tmp_path)
+    assert result.returncode == 1  # check: 1 for findings, 2 for usage
+    hits = [line for line in result.stdout.splitlines() if "env.vars.FOO" in line]
+    assert len(hits) == 1, result.stdout
+    assert "expected true or false, an integer, a number or a string, got {\"a\": 1}" in hits[0]
+
+
+def test_build_gate_runs_the_checkers_maxtext_rules_as_errors() -> None:
+    """build_gate.py names its rules; the checker must hold each as an error with the same function,
+    so what build refuses, check refuses, with the same message."""
+    from mxc.compiler.check.build_gate import BUILD_RULES
+    from mxc.compiler.check.registry import RULES
+
+    by_name = {rule.name: rule for rule in RULES}
+    for name, check in BUILD_RULES:
+        assert by_name[name].check is check and by_name[name].severity == "error", name
+
+
+def test_build_refuses_an_override_maxtext_refuses_but_builds_the_valid_ones(mxc: Mxc, mxc_home: Path,
+                                                                             tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(GOOD.replace("  model_name: default",
+                                 "  model_name: default\n  overrides:\n    steps: 30\n    learning_rate: 1.0e-4"))
+    assert mxc("build", str(spec), cwd=tmp_path).returncode == 0
+    result = mxc("build", str(spec), "--set", "model.overrides.stepz=3", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--set: model.overrides.stepz: 'stepz' is not a MaxText 0.2.5 config key (did you mean 'steps'?)" \
+        in result.stderr, result.stderr

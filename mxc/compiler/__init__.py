@@ -5,6 +5,6 @@ caller's job: every function that needs another file (``extends``) takes a ``Rea
 """
 
 from mxc.compiler.errors import SpecError, SpecErrors
-from mxc.compiler.pipeline import Bundle, compile_spec, resolve_spec
+from mxc.compiler.pipeline import Bundle, compile_document, compile_spec, resolve_spec
 
-__all__ = ["Bundle", "SpecError", "SpecErrors", "compile_spec", "resolve_spec"]
+__all__ = ["Bundle", "SpecError", "SpecErrors", "compile_document", "compile_spec", "resolve_spec"]

@@ -36,9 +36,12 @@ class SpecError:
     key: str
     message: str
     suggestion: str = ""
+    column: int | None = None  # 1-based, where the parser knows it (YAML syntax): file:line:column, as compilers print
 
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
+        if self.line is not None and self.column is not None:
+            where += f":{self.column}"
         key = f" {self.key}:" if self.key else ""
         hint = f" ({self.suggestion})" if self.suggestion else ""
         return printable(f"{where}:{key} {self.message}{hint}")
@@ -47,6 +50,7 @@ class SpecError:
         return {
             "file": self.file,
             "line": self.line,
+            "column": self.column,
             "key": self.key,
             "message": self.message,
             "suggestion": self.suggestion,
@@ -61,8 +65,9 @@ class SpecErrors(Exception):
         super().__init__("\n".join(str(e) for e in self.errors))
 
     @classmethod
-    def one(cls, file: str, line: int | None, key: str, message: str, suggestion: str = "") -> SpecErrors:
-        return cls([SpecError(file, line, key, message, suggestion)])
+    def one(cls, file: str, line: int | None, key: str, message: str, suggestion: str = "",
+            column: int | None = None) -> SpecErrors:
+        return cls([SpecError(file, line, key, message, suggestion, column)])
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

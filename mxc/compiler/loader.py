@@ -149,6 +149,39 @@ def check_text(name: str, text: str) -> None:
     raise SpecErrors.one(name, _line_at(text, bad.start()), "", f"{what} is not allowed in a spec", hint)
 
 
+# Constructs PyYAML reports where it gave up looking for their end, a line or more after the
+# mistake: the error is shown where they start (the context mark), with where the parser stopped.
+_UNCLOSED = {
+    "while scanning a simple key": ("a key without ':' (or a line that is not 'key: value')",
+                                    "add ': VALUE', or quote the line"),
+    "while scanning a quoted scalar": ("a quoted string that is never closed", "close the quote"),
+    "while parsing a flow mapping": ("a '{' mapping that is never closed", "close it with '}', or write it as a block"),
+    "while parsing a flow sequence": ("a '[' list that is never closed", "close it with ']', or write it as a block"),
+    "while scanning a block scalar": ("a '|' or '>' text block that cannot be read", "indent its lines under the key"),
+}
+
+
+def yaml_error(name: str, exc: yaml.MarkedYAMLError) -> SpecErrors:
+    """A YAML syntax error as one SpecError with line and column (1-based) where the mistake is."""
+    problem = exc.problem or exc.context or "invalid YAML"
+    mark, context = exc.problem_mark, exc.context_mark
+    unclosed = _UNCLOSED.get(exc.context or "")
+    if unclosed and context is not None and mark is not None and (context.line, context.column) < (mark.line, mark.column):
+        what, hint = unclosed
+        return SpecErrors.one(name, context.line + 1, "", f"YAML: {what} ({problem} at line {mark.line + 1}, column "
+                              f"{mark.column + 1})", hint, column=context.column + 1)
+    mark = mark or context
+    hint = "use 'extends' to share settings between specs" if "alias" in problem else ""
+    if problem.startswith("tags such as"):
+        hint = "quote the value to make it a string"
+    elif "cannot start any token" in problem and "\\t" in problem:
+        hint = "indent with spaces, not tabs"
+    elif problem == "mapping values are not allowed here":
+        hint = "a ': ' inside a value: quote the value, or fix the indentation of this key"
+    line = mark.line + 1 if mark is not None else None
+    return SpecErrors.one(name, line, "", f"YAML: {problem}", hint, column=mark.column + 1 if mark is not None else None)
+
+
 def load_yaml(name: str, text: str) -> Loaded:
     """Parse one YAML document that must be a mapping."""
     check_text(name, text)
@@ -156,13 +189,7 @@ def load_yaml(name: str, text: str) -> Loaded:
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "invalid YAML"
-        hint = "use 'extends' to share settings between specs" if "alias" in problem else ""
-        if problem.startswith("tags such as"):
-            hint = "quote the value to make it a string"
-        raise SpecErrors.one(name, line, "", f"YAML: {problem}", hint) from None
+        raise yaml_error(name, exc) from None
     except yaml.YAMLError as exc:
         raise SpecErrors.one(name, None, "", f"YAML: {exc}") from None
     finally:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mxc.compiler.check.build_gate import build_errors
 from mxc.compiler.errors import SpecErrors
 from mxc.compiler.loader import Loaded
 from mxc.compiler.lockfile import LOCK_FILE, Lock, apply_lock, lock_document
 from mxc.compiler.manifest import MANIFEST, build_manifest, bundle_hash
 from mxc.compiler.render import canonical_json, render
-from mxc.compiler.resolve import Reader, resolve
+from mxc.compiler.resolve import Reader, apply_overrides, resolve
 from mxc.compiler.schema import JobSpec
 from mxc.compiler.validate import validate
 
@@ -40,16 +41,26 @@ def compile_spec(
     path: str, read: Reader, overrides: tuple[str, ...] = (), *, mxc_version: str, lock: tuple[str, Lock] | None = None
 ) -> Bundle:
     """Compile ``path``; with ``lock`` (its name and content), pins come from the lockfile and it joins the bundle."""
-    if lock is None:
-        spec, _ = resolve_spec(path, read, overrides)
-        files = render(spec, spec_document(spec))
-    else:
+    return compile_document(resolve(path, read), path, overrides, mxc_version=mxc_version, lock=lock)
+
+
+def compile_document(
+    doc: Loaded, path: str, overrides: tuple[str, ...] = (), *, mxc_version: str, lock: tuple[str, Lock] | None = None
+) -> Bundle:
+    """Compile a loaded document: a YAML spec resolved here, or a .cue spec exported by CUE (mxc/checking.py),
+    so both front ends share every later stage."""
+    apply_overrides(doc, overrides)
+    extra: dict[str, str] = {}
+    if lock is not None:
         lock_name, locked = lock
-        doc = resolve(path, read, overrides)
         errors = apply_lock(doc, locked, lock_name, path)
         if errors:
             raise SpecErrors(errors)
-        spec = validate(doc, path)
-        files = render(spec, spec_document(spec), {LOCK_FILE: lock_document(locked)})
+        extra[LOCK_FILE] = lock_document(locked)
+    spec = validate(doc, path)
+    rejected = build_errors(doc, path, spec)
+    if rejected:
+        raise SpecErrors(rejected)
+    files = render(spec, spec_document(spec), extra)
     manifest = build_manifest(files, mxc_version)
     return Bundle(spec, {**files, MANIFEST: manifest}, bundle_hash(manifest))

@@ -39,15 +39,20 @@ class ReadRefused(Exception):
 def resolve(path: str, read: Reader, overrides: tuple[str, ...] = ()) -> Loaded:
     """Load ``path`` with its ``extends`` chain merged and ``overrides`` applied."""
     merged = _load_tree(posixpath.normpath(path), _counted(read), chain=(), referrer=None)
+    apply_overrides(merged, overrides)
+    return merged
+
+
+def apply_overrides(doc: Loaded, overrides: tuple[str, ...]) -> None:
+    """``--set KEY.PATH=VALUE`` on a loaded document (every problem reported at once)."""
     errors: list[SpecError] = []
     for expr in overrides:
         try:
-            _apply_override(merged, expr)
+            _apply_override(doc, expr)
         except SpecErrors as exc:
             errors.extend(exc.errors)
     if errors:
         raise SpecErrors(errors)
-    return merged
 
 
 def _counted(read: Reader) -> Reader:

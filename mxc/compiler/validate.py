@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -20,7 +21,69 @@ def validate(doc: Loaded, main_file: str) -> JobSpec:
     try:
         return JobSpec.model_validate(doc.data)
     except ValidationError as exc:
-        raise SpecErrors(_to_spec_error(doc, err, main_file) for err in exc.errors()) from None
+        errors = []
+        for group in _union_groups(exc.errors()):
+            if len(group) == 1:
+                errors.append(_to_spec_error(doc, group[0], main_file))
+            else:
+                errors.append(_union_error(doc, group, main_file))
+        raise SpecErrors(errors) from None
+
+
+# What pydantic calls the members of a union (the last part of each member's error location),
+# as a person would name the type. A union error is one line listing these, not one made-up key each.
+_TYPE_NAMES = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
+               "none": "nothing (null)"}
+_TYPE_ERROR = re.compile(r"^(bool|int|float|string|list|dict|model|none|literal)_(type|parsing|error)$|^missing$")
+
+
+def _union_groups(errors: list[Any]) -> list[list[Any]]:
+    """Pydantic reports a value no member of a union accepts once per member, each under a location
+    ending with the member's name (``env.vars.X.bool``, ``.int``...): those consecutive errors for one
+    value become one group; every other error is a group of its own."""
+    groups: list[list[Any]] = []
+    for err in errors:
+        last = groups[-1] if groups else None
+        if (last is not None and len(err["loc"]) > 1 and _TYPE_ERROR.match(err["type"])
+                and all(_TYPE_ERROR.match(e["type"]) and e["loc"][:-1] == err["loc"][:-1] and len(e["loc"]) > 1
+                        for e in last)
+                and _same_input(last[0], err)):
+            last.append(err)
+        else:
+            groups.append([err])
+    return groups
+
+
+def _same_input(a: Any, b: Any) -> bool:
+    try:
+        return bool(a.get("input") == b.get("input")) and type(a.get("input")) is type(b.get("input"))
+    except Exception:  # an input that cannot be compared is not grouped
+        return False
+
+
+def _union_error(doc: Loaded, group: list[Any], main_file: str) -> SpecError:
+    loc: Path = tuple(group[0]["loc"][:-1])
+    names = [_TYPE_NAMES.get(str(e["loc"][-1]), f"a {e['loc'][-1]}") for e in group]
+    expected = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+    value = group[0].get("input")
+    suggestion = ""
+    if isinstance(value, (list, dict)):
+        suggestion = "one value only; to pass a list or mapping as text, quote it: '" + _flow(value) + "'"
+    elif value is None:
+        suggestion = "an empty value is null: write a value, or \"\" for an empty string"
+    file, line = line_of(doc, loc)
+    return SpecError(file or main_file, line, ".".join(str(p) for p in loc), f"expected {expected}, got {_shown(value)}",
+                     suggestion)
+
+
+def _flow(value: Any) -> str:
+    text = json.dumps(value, separators=(", ", ": "), default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _shown(value: Any) -> str:
+    """The value as the spec's author wrote it (YAML/JSON spelling: null, true, [1, 2]), not Python's."""
+    return repr(value) if isinstance(value, str) else _flow(value)
 
 
 def _to_spec_error(doc: Loaded, err: Any, main_file: str) -> SpecError:

@@ -89,7 +89,7 @@ def maxtext_override_value(s: Subject) -> Iterator[Issue]:
             continue
         problem = _value_problem(spec, value)
         if problem:
-            yield Issue(("model", "overrides", key), f"{key}: {problem}", f"default: {spec.default!r}")
+            yield Issue(("model", "overrides", key), problem, f"default: {spec.default!r}")
 
 
 def maxtext_model_key(s: Subject) -> Iterator[Issue]:
