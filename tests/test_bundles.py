@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import json
 import os
@@ -240,6 +241,27 @@ def test_cli_path_never_imports_heavy_modules(mxc_home: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], str]:
+    """Every (sub)command path of the parser and its --help text, nested groups (mxc image build) included."""
+    out: dict[tuple[str, ...], str] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                out[(*prefix, name)] = child.format_help()
+                out.update(_commands(child, (*prefix, name)))
+    return out
+
+
+def test_every_command_help_ends_with_an_example() -> None:
+    """Every command a user can type, present and future, shows a worked example in --help."""
+    from mxc.cli.main import build_parser
+
+    commands = _commands(build_parser())
+    assert len(commands) >= 25, sorted(commands)
+    missing = [" ".join(path) for path, text in commands.items() if "example:\n  mxc " not in text]
+    assert missing == [], missing
 
 
 def test_python_m_mxc_and_help_examples(mxc: Mxc) -> None:
