@@ -32,6 +32,10 @@ BUILD_SETS = (
     "checkpoint.period=5",
     # Other trainings on a shared development machine must not fail this one's preflight.
     "runtime.preflight.stale_processes=false",
+    # An empty string reaches MaxText as "" (`profiler=` alone would be None, which it refuses),
+    # and null removes an override the spec inherits (MaxText's default then applies).
+    "model.overrides.profiler=",
+    "model.overrides.learning_rate_schedule_steps=null",
 )
 
 
@@ -135,6 +139,16 @@ def test_run_trains_and_records_everything(home: Home, bundle: str, base_run: Pa
     acc = EventAccumulator(str(tensorboard), size_guidance={"scalars": 0})
     acc.Reload()
     assert [e.step for e in acc.Scalars("learning/loss")] == list(range(STEPS))
+
+
+def test_empty_string_and_removed_override_reach_maxtext_as_written(home: Home, bundle: str, base_run: Path) -> None:
+    args = json.loads((home.path / "bundles" / bundle / "run.json").read_text())["train"]["args"]
+    assert "profiler=''" in args
+    assert not any(a.startswith("learning_rate_schedule_steps=") for a in args)
+    log = (base_run / "train.log").read_text()
+    assert "Config param profiler: ProfilerType.NONE\n" in log  # MaxText read "" (its 'no profiler'), and trained
+    assert f"Config param learning_rate_schedule_steps: {STEPS}\n" in log  # its default (-1) follows steps
+    assert record_of(base_run)["status"] == "succeeded"
 
 
 def test_runs_and_logs_show_the_run(home: Home, base_run: Path) -> None:

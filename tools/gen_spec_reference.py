@@ -128,7 +128,13 @@ def render() -> str:
         "Generated from the pydantic models by `tools/gen_spec_reference.py`; `mxc schema` prints the same",
         "as JSON Schema. Unknown keys are errors everywhere. `extends` (a path or list of paths, relative to",
         "the spec) merges parent specs first: mappings merge key by key, later wins; lists and scalars are",
-        "replaced whole. `mxc build SPEC --set key.path=value` overrides any field (the value is read as YAML).",
+        "replaced whole. A key set to `null` in the extending spec removes what a parent set (an inherited",
+        "override or variable; nothing else can drop one); `null` for a key no parent sets is validated like",
+        "any value (an error where a value is needed). `mxc build SPEC --set key.path=value` overrides any",
+        "field (the value is read as YAML; `--set key.path=null` removes the key, `--set key.path=` sets an",
+        "empty string). An empty string",
+        "reaches MaxText as an empty string: `profiler: \"\"` is passed as `profiler=''` (MaxText's command",
+        "line reads `profiler=` as None), as are the texts `null` and `~`.",
         "",
     ]
     return "\n".join(head + input_rules() + section("JobSpec", schema, defs, ""))

@@ -43,6 +43,18 @@ def scalar_text(value: bool | int | float | str) -> str:
     return str(value)
 
 
+# Values MaxText's command line (OmegaConf.from_cli, a YAML reader) takes as null, not as the text:
+# `profiler=` would be None, which MaxText refuses where it wants "". Quoted, they stay strings.
+_READ_AS_NULL = frozenset({"", "~", "null", "Null", "NULL"})
+
+
+def override_text(value: bool | int | float | str) -> str:
+    """A model override as MaxText must read it: an empty string stays an empty string."""
+    if isinstance(value, str) and value in _READ_AS_NULL:
+        return f"'{value}'"
+    return scalar_text(value)
+
+
 def xla_flags(spec: JobSpec) -> str:
     return " ".join(f"--{k}={scalar_text(v)}" for k, v in sorted(spec.env.xla_flags.items()))
 
@@ -61,7 +73,7 @@ def environment(spec: JobSpec) -> list[tuple[str, str]]:
 def maxtext_args(spec: JobSpec) -> list[str]:
     """MaxText's argv after the module: config file, model, overrides, checkpointing."""
     args = [f"src/maxtext/configs/{spec.model.config}", f"model_name={spec.model.model_name}"]
-    args += [f"{k}={scalar_text(v)}" for k, v in sorted(spec.model.overrides.items())]
+    args += [f"{k}={override_text(v)}" for k, v in sorted(spec.model.overrides.items())]
     if spec.checkpoint.period:
         args += ["enable_checkpointing=true", f"checkpoint_period={spec.checkpoint.period}"]
     else:

@@ -124,10 +124,15 @@ def _merge_into(base: Loaded, top: Loaded) -> None:
 
 
 def _merge(a: Any, b: Any) -> Any:
+    """``b`` (the extending spec) over ``a``. A key ``b`` sets to null removes what ``a`` set (as
+    Helm values do): the only way to drop an inherited override or variable."""
     if isinstance(a, dict) and isinstance(b, dict):
         out = dict(a)
         for key, value in b.items():
-            out[key] = _merge(a[key], value) if key in a else value
+            if value is None and key in a:
+                del out[key]
+            else:
+                out[key] = _merge(a[key], value) if key in a else value
         return out
     return b
 
@@ -152,6 +157,9 @@ def _apply_override(doc: Loaded, expr: str) -> None:
             where = ".".join(parts[: depth + 1])
             raise SpecErrors.one(SET_SOURCE, None, key, f"{where} is a {type(child).__name__}, not a mapping")
         node = child
+    if value is None and parts[-1] in node:
+        del node[parts[-1]]  # --set KEY=null removes KEY, as null does in an extending spec
+        return
     node[parts[-1]] = value
     doc.lines[tuple(parts)] = (SET_SOURCE, 0)
 
