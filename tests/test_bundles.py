@@ -106,12 +106,15 @@ def test_injection_strings_stay_inert_in_every_script(mxc: Mxc, mxc_home: Path, 
     marker = tmp_path / "pwned"
     payloads = [p.format(m=marker) for p in INJECTIONS]
     q = json.dumps  # a JSON string is a YAML double-quoted scalar: newlines and quotes survive
+    # Variables and overrides are run-time templates (braces doubled for literal ones); the node
+    # program fills them in, so the trainer gets the payloads themselves.
+    templates = [p.replace("{", "{{").replace("}", "}}") for p in payloads]
     spec = tmp_path / "evil.yaml"
     copy_specs(tmp_path)
     spec.write_text(
         "extends: specs/tiny.yaml\n"
-        "env:\n  vars:\n" + "".join(f"    EVIL_{i}: {q(p)}\n" for i, p in enumerate(payloads))
-        + "model:\n  overrides:\n" + "".join(f"    {key}: {q(p)}\n" for key, p in zip(TEXT_KEYS, payloads, strict=True))
+        "env:\n  vars:\n" + "".join(f"    EVIL_{i}: {q(p)}\n" for i, p in enumerate(templates))
+        + "model:\n  overrides:\n" + "".join(f"    {key}: {q(p)}\n" for key, p in zip(TEXT_KEYS, templates, strict=True))
         + f"runtime:\n  python: {q(payloads[0])}\n  preflight:\n    stale_processes: false\n"
         + f"checkpoint:\n  dir: {q('/tmp/' + payloads[5])}\n"
         + f"code:\n  pythonpath: {q(payloads[2])}\n"
@@ -120,20 +123,23 @@ def test_injection_strings_stay_inert_in_every_script(mxc: Mxc, mxc_home: Path, 
     bundle = mxc_home / "bundles" / digest
     for script in ("entrypoint.sh", "job.sbatch", "env.sh"):
         subprocess.run(["bash", "-n", str(bundle / script)], check=True)
-    # Sourcing env.sh gives back every payload byte for byte.
+    # Sourcing env.sh gives back every value as the spec wrote it, byte for byte.
     shown = subprocess.run(
         ["bash", "-c",
          f"source {bundle}/env.sh && for i in 0 1 2 3 4 5; do v=EVIL_$i; printf '%s\\0' \"${{!v}}\"; done"],
         capture_output=True, text=True, check=True,
     ).stdout.split("\0")[:-1]
-    assert shown == payloads
+    assert shown == templates
     # Running the entrypoint with a fake python that records its argv: payloads arrive intact.
     fakebin = tmp_path / "bin"
     fakebin.mkdir()
     argv_file = tmp_path / "argv.json"
     fake = fakebin / "fakepython"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\njson.dump(sys.argv[1:], open({str(argv_file)!r}, 'a'))\n"
-                    f"open({str(argv_file)!r}, 'a').write('\\n')\n")
+    env_file = tmp_path / "env.json"
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\njson.dump(sys.argv[1:], open({str(argv_file)!r}, 'a'))\n"
+                    f"open({str(argv_file)!r}, 'a').write('\\n')\n"
+                    f"json.dump({{k: v for k, v in os.environ.items() if k.startswith('EVIL_')}}, "
+                    f"open({str(env_file)!r}, 'w'))\n")
     fake.chmod(0o755)
     run_dir = tmp_path / "run"
     result = subprocess.run(["bash", str(bundle / "entrypoint.sh")], capture_output=True, text=True,
@@ -143,6 +149,7 @@ def test_injection_strings_stay_inert_in_every_script(mxc: Mxc, mxc_home: Path, 
     train = next(c for c in calls if c[:2] == ["-m", "maxtext.trainers.pre_train.train"])
     for key, payload in zip(TEXT_KEYS, payloads, strict=True):
         assert f"{key}={payload}" in train
+    assert json.loads(env_file.read_text()) == {f"EVIL_{i}": p for i, p in enumerate(payloads)}
     assert not marker.exists()
     # runtime.python itself is a payload: exec'd as a (missing) program name, never evaluated.
     result = subprocess.run(["bash", str(bundle / "entrypoint.sh")], capture_output=True, text=True,

@@ -137,7 +137,28 @@ def render() -> str:
         "line reads `profiler=` as None), as are the texts `null` and `~`.",
         "",
     ]
-    return "\n".join(head + input_rules() + section("JobSpec", schema, defs, ""))
+    return "\n".join(head + input_rules() + run_time_placeholders() + section("JobSpec", schema, defs, ""))
+
+
+def run_time_placeholders() -> list[str]:
+    """The names the node program fills into values (mxc/node/placeholders.py), as a table."""
+    from mxc.node.placeholders import PLACEHOLDERS
+
+    lines = [
+        "## Run-time placeholders",
+        "",
+        "Values of `env.vars`, `env.xla_flags`, `env.ranks` and `model.overrides` may name what is only known",
+        "on the node, as `{name}`; the node program fills them in before training starts (no shell is",
+        "involved, so the result is one string whatever it holds). `{{` and `}}` are literal braces; a lone",
+        "brace or an unknown name is a spec error at its line. The bundle keeps the template: the same bundle",
+        "gives each run, rank and attempt its own value. `env.sh` shows the variables every rank shares;",
+        "`run.json` (`rank_env`) holds the whole environment of each rank `env.ranks` names.",
+        "",
+        "| placeholder | value |",
+        "|---|---|",
+    ]
+    lines += [f"| `{{{name}}}` | {what} |" for name, what in PLACEHOLDERS.items()]
+    return [*lines, ""]
 
 
 if __name__ == "__main__":

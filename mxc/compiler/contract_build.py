@@ -8,7 +8,9 @@ names: ``RuntimeArg`` and the run-directory layout (mxc/node/layout.py).
 
 from __future__ import annotations
 
-from mxc.compiler.schema import JobSpec
+from collections.abc import Mapping
+
+from mxc.compiler.schema import JobSpec, Scalar
 from mxc.compiler.slurm import time_seconds
 from mxc.node.contract import (
     FORMAT,
@@ -21,6 +23,7 @@ from mxc.node.contract import (
     Network,
     Observability,
     Preflight,
+    RankEnvironment,
     Restart,
     RunContract,
     RuntimeArg,
@@ -56,16 +59,32 @@ def override_text(value: bool | int | float | str) -> str:
 
 
 def xla_flags(spec: JobSpec) -> str:
-    return " ".join(f"--{k}={scalar_text(v)}" for k, v in sorted(spec.env.xla_flags.items()))
+    return _flags_text(spec.env.xla_flags)
+
+
+def _flags_text(flags: Mapping[str, Scalar]) -> str:
+    return " ".join(f"--{k}={scalar_text(v)}" for k, v in sorted(flags.items()))
 
 
 def environment(spec: JobSpec) -> list[tuple[str, str]]:
     """The training's variables, sorted: the spec's vars, XLA_FLAGS, and mxc's own facts."""
-    env = {k: scalar_text(v) for k, v in spec.env.vars.items()}
-    flags = xla_flags(spec)
-    if flags:
+    return _environment(spec, spec.env.vars, spec.env.xla_flags)
+
+
+def rank_environments(spec: JobSpec) -> list[RankEnvironment]:
+    """Each rank env.ranks names, with its whole environment: its variables over the shared ones,
+    its XLA flags over the shared flags (one XLA_FLAGS, so a rank can add --xla_dump_to)."""
+    return [RankEnvironment(int(rank), _environment(spec, {**spec.env.vars, **extra.vars},
+                                                    {**spec.env.xla_flags, **extra.xla_flags}))
+            for rank, extra in sorted(spec.env.ranks.items(), key=lambda item: int(item[0]))]
+
+
+def _environment(spec: JobSpec, variables: Mapping[str, Scalar], flags: Mapping[str, Scalar]) -> list[tuple[str, str]]:
+    env = {k: scalar_text(v) for k, v in variables.items()}
+    text = _flags_text(flags)
+    if text:
         raw = env.get("XLA_FLAGS")
-        env["XLA_FLAGS"] = f"{flags} {raw}" if raw else flags
+        env["XLA_FLAGS"] = f"{text} {raw}" if raw else text
     env["MXC_JOB_NAME"] = spec.name
     return sorted(env.items())
 
@@ -164,6 +183,7 @@ def build_contract(spec: JobSpec) -> RunContract:
             pythonpath=spec.code.pythonpath,
         ),
         env=environment(spec),
+        rank_env=rank_environments(spec),
         container=Container(
             kind=rt.container, image_ref=image.ref if image else None, image_digest=image.digest if image else None,
             gpu_vendor=spec.resources.gpu_vendor, mounts=list(rt.mounts),

@@ -25,6 +25,7 @@ from mxc.compiler.errors import did_you_mean
 from mxc.compiler.gitrepo import repo_problem
 from mxc.compiler.notify_policy import secret_env_problem
 from mxc.compiler.secretscan import find_secrets
+from mxc.node import placeholders
 from mxc.plugins import PLUGIN_NAME_PATTERN
 
 SCHEMA_VERSION = "mxc/v1"
@@ -47,6 +48,18 @@ Interface = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")
 # A value that lands on an #SBATCH line: sbatch parses those itself, so no quoting can help;
 # forbid whitespace and shell metacharacters instead.
 SlurmToken = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:@%+=\[\]|&!*()/-]+$")]
+RankKey = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,4})$")]
+
+
+def check_placeholders(prefix: str, values: dict[str, Scalar]) -> None:
+    """Every string value is a valid run-time template (mxc/node/placeholders.py): the node program
+    fills them all in, so a lone brace or an unknown ``{name}`` fails here, at its key's line."""
+    for key, value in values.items():
+        if isinstance(value, str) and placeholders.has_braces(value):
+            try:
+                placeholders.names(value)
+            except placeholders.PlaceholderError as exc:
+                raise ValueError(f"{prefix}.{key}: {exc}") from None
 
 # Keys that mxc itself passes to MaxText for every run (render.py maxtext_args, entrypoint.sh),
 # after the spec's overrides: a spec value would be silently overridden (outputs in the wrong
@@ -150,9 +163,15 @@ class Model(Strict):
                 raise ValueError(f"'{key}' is not a MaxText config key (lower_snake_case)")
         return value
 
+    @model_validator(mode="after")
+    def _templates(self) -> Self:
+        check_placeholders("overrides", self.overrides)
+        check_placeholders("model", {"config": self.config})  # an argument of the trainer too
+        return self
 
-class Env(Strict):
-    """Environment of the training process."""
+
+class EnvValues(Strict):
+    """Variables and XLA flags: for every rank (``env``) or for one (``env.ranks.<rank>``)."""
 
     xla_flags: dict[Annotated[str, StringConstraints(pattern=r"^xla_[a-z0-9_]+$")], Scalar] = Field(
         default_factory=dict, description="XLA flags without the leading --, rendered into XLA_FLAGS"
@@ -160,10 +179,6 @@ class Env(Strict):
     vars: dict[EnvName, Scalar] = Field(
         default_factory=dict, description="NCCL_*, RCCL_*, NVTE_*, HSA_*, JAX_* and other variables "
         "(not those bash or Slurm act on; loader, interpreter and container settings need env.allow_dangerous)"
-    )
-    allow_dangerous: list[EnvName] = Field(
-        default_factory=list, description="variables of env.vars that load or run code (LD_PRELOAD, PATH, "
-        "APPTAINER_*, ...) set on purpose; reported by mxc check, mxc build and mxc show"
     )
 
     @field_validator("vars")
@@ -175,22 +190,48 @@ class Env(Strict):
         return value
 
     @model_validator(mode="after")
+    def _templates(self) -> Self:
+        check_placeholders("vars", self.vars)
+        check_placeholders("xla_flags", self.xla_flags)
+        return self
+
+
+class RankEnv(EnvValues):
+    """What one rank adds: its variables replace the shared ones, its XLA flags join them."""
+
+
+class Env(EnvValues):
+    """Environment of the training process. Values may hold run-time placeholders ({run_dir}, {rank}...)."""
+
+    allow_dangerous: list[EnvName] = Field(
+        default_factory=list, description="variables of env.vars that load or run code (LD_PRELOAD, PATH, "
+        "APPTAINER_*, ...) set on purpose; reported by mxc check, mxc build and mxc show"
+    )
+    ranks: dict[RankKey, RankEnv] = Field(
+        default_factory=dict, description="per-rank additions by rank number, e.g. an XLA dump on rank 0 only: "
+        "{'0': {xla_flags: {xla_dump_to: '{run_dir}/xla-dump'}}} (rank numbers quoted: keys are strings)"
+    )
+
+    @model_validator(mode="after")
     def _not_instructions(self) -> Self:
-        """Variables that bash, the loader or the container runtime obey (mxc/compiler/env_policy.py)."""
-        exported = {k: v if isinstance(v, str) else str(v) for k, v in self.vars.items()}
-        found = env_policy.problems(exported, self.allow_dangerous)
-        if found:
-            name, why = found[0]
-            where = f"vars.{name}" if name in self.vars else "allow_dangerous"
-            raise ValueError(f"{where}: {why}")
+        """Variables that bash, the loader or the container runtime obey (mxc/compiler/env_policy.py),
+        shared or for one rank."""
+        for where, values in [("vars", self.vars)] + [(f"ranks.{r}.vars", e.vars) for r, e in self.ranks.items()]:
+            exported = {k: v if isinstance(v, str) else str(v) for k, v in values.items()}
+            found = env_policy.problems(exported, self.allow_dangerous)
+            if found:
+                name, why = found[0]
+                raise ValueError(f"{where}.{name}: {why}" if name in values else f"allow_dangerous: {why}")
         return self
 
     @model_serializer(mode="wrap")
     def _omit_empty_opt_in(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No opt-in, no key: spec.json (and so every bundle hash) stays what it was before the field existed."""
+        """No opt-in or rank additions, no key: spec.json (and so every bundle hash) stays what it was
+        before these fields existed."""
         data: dict[str, Any] = handler(self)
-        if not self.allow_dangerous:
-            data.pop("allow_dangerous", None)
+        for key in ("allow_dangerous", "ranks"):
+            if not getattr(self, key):
+                data.pop(key, None)
         return data
 
 
@@ -374,6 +415,10 @@ class JobSpec(Strict):
             raise ValueError("code.repo: container runs pin the training code by git commit; set code.repo and code.commit")
         if self.runtime.backend == "local" and self.resources.nodes > 1:
             raise ValueError("resources.nodes: runtime.backend local runs on one node; set nodes to 1 or backend: slurm")
+        for rank in self.env.ranks:
+            if int(rank) >= self.resources.nodes:
+                raise ValueError(f"env.ranks.{rank}: no rank {rank}: resources.nodes is {self.resources.nodes} "
+                                 f"(one rank per node: 0..{self.resources.nodes - 1})")
         return self
 
     @model_validator(mode="after")

@@ -13,8 +13,10 @@ from mxc.compiler.loader import Loaded, Path
 from mxc.compiler.resolve import line_of
 from mxc.compiler.schema import JobSpec
 
-# "image: ...", "vars.LD_PRELOAD: ..." (a field path, whose last part may be a variable name)
-_KEYED_MESSAGE = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*(?:\.[A-Za-z_][A-Za-z0-9_]*)?): (.*)$", re.S)
+# "image: ...", "vars.LD_PRELOAD: ...", "ranks.0.vars.X: ..." (a field path, whose parts may be
+# rank numbers and whose last part may be a variable name)
+_KEYED_MESSAGE = re.compile(r"^([a-z_][a-z0-9_]*(?:\.(?:[a-z_][a-z0-9_]*|[0-9]+))*(?:\.[A-Za-z_][A-Za-z0-9_]*)?): (.*)$",
+                            re.S)
 
 
 def validate(doc: Loaded, main_file: str) -> JobSpec:

@@ -11,7 +11,7 @@ Templates only lay out strings taken from here; nothing re-reads ``spec.json`` w
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,15 @@ class InfraPattern:
 
 
 @dataclass(frozen=True)
+class RankEnvironment:
+    """The whole environment of one rank that the spec gives more (env.ranks): it replaces ``env`` there."""
+
+    rank: int
+    env: list[tuple[str, str]]
+    __pydantic_config__ = STRICT
+
+
+@dataclass(frozen=True)
 class RunContract:
     format: str
     name: str
@@ -184,6 +193,7 @@ class RunContract:
     network: Network
     observability: Observability
     infrastructure: list[InfraPattern]
+    rank_env: list[RankEnvironment] = field(default_factory=list)
     __pydantic_config__ = STRICT
 
     def stage(self, name: str) -> Stage:
@@ -191,6 +201,14 @@ class RunContract:
             if stage.name == name:
                 return stage
         raise KeyError(name)
+
+    def env_of(self, rank: int) -> list[tuple[str, str]]:
+        """The training's variables on ``rank``: its own list where env.ranks names it, else the shared one."""
+        for entry in self.rank_env:
+            if entry.rank == rank:
+                return entry.env
+        return self.env
+
 
 
 class ContractError(ValueError):

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import barrier, checkpoints, container, events, integrity, layout, netif, policy, postmortem, stacks
+from . import barrier, checkpoints, container, events, integrity, layout, netif, placeholders, policy, postmortem, stacks
 from .contract import ContractError, RunContract, Stage
 from .contract import load as load_contract
 from .imagecache import ImageError
@@ -218,7 +218,9 @@ class Rank:
 
     def _environment(self, contract: RunContract, output_dir: Path) -> dict[str, str]:
         env = dict(self.env)
-        env.update(contract.env)  # env.sh: the spec's values win over inherited ones
+        known = self._placeholder_values()
+        # env.sh (and env.ranks): the spec's values win over inherited ones, run-time placeholders filled in
+        env.update((name, placeholders.fill(value, known)) for name, value in contract.env_of(self.rank))
         env.update(postmortem.faulthandler_env(env))
         env.update(MXC_RUN_DIR=str(self.run), MXC_BUNDLE_DIR=str(self.bundle), MXC_ATTEMPT=str(self.attempt),
                    MXC_CHECKPOINT_DIR=str(output_dir))
@@ -232,6 +234,11 @@ class Rank:
             inherited = env.get("PYTHONPATH")
             env["PYTHONPATH"] = f"{code}/{contract.train.pythonpath}" + (f":{inherited}" if inherited else "")
         return env
+
+    def _placeholder_values(self) -> dict[str, str]:
+        """What {run_dir}, {rank}... stand for on this node, in this attempt (mxc/node/placeholders.py)."""
+        return {"run_dir": str(self.run), "run_id": self.run.name, "rank": str(self.rank), "node": self.node,
+                "job_id": self.env.get("SLURM_JOB_ID") or "local", "attempt": str(self.attempt)}
 
     def _train(self, contract: RunContract, env: dict[str, str], node_env: dict[str, str], python: str,
                image: container.Image, output_dir: Path) -> int:
@@ -249,9 +256,11 @@ class Rank:
         output_dir.mkdir(parents=True, exist_ok=True)
         values = {"run_name": self.run.name, "output_dir": str(output_dir), "metrics_file": str(metrics),
                   "jax_cache": self.env.get("MXC_JAX_CACHE") or str(layout.jax_cache(self.run))}
-        args = list(contract.train.args) + [f"{a.key}={values[a.value]}" for a in contract.train.runtime_args]
+        known = self._placeholder_values()
+        args = [placeholders.fill(arg, known) for arg in contract.train.args]
+        args += [f"{a.key}={values[a.value]}" for a in contract.train.runtime_args]
         args += contract.train.distributed_args if (self.coordinator or self.nprocs > 1) else contract.train.single_args
-        env_names = [name for name, _ in contract.env]
+        env_names = [name for name, _ in contract.env_of(self.rank)]
         launcher = container.launcher(contract.container, python, image, env, self.run, output_dir, code_dir, env_names)
         exe = shutil.which(launcher[0]) if len(launcher) == 1 else None
         observer = self._start_observer(contract, node_env)
