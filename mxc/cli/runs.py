@@ -17,7 +17,8 @@ LOG_CHUNK = 1 << 24  # bytes of a log read at a time (a huge log is printed in p
 
 def register(sub: Any) -> None:
     p = add_command(sub, "run", "train a stored bundle (default: the last `mxc build`), recorded under $MXC_HOME/runs",
-                    "mxc build specs/tiny.yaml && mxc run\nmxc run 3f9a --dry-run", _run)
+                    "mxc build specs/tiny.yaml && mxc run\nmxc run 3f9a --dry-run\n"
+                    "mxc run 3f9a -y      # a Slurm bundle, from a script: no question asked", _run)
     p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix (default: the last bundle built)")
     _add_run_options(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
@@ -46,6 +47,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local", action="store_true", help="run on this machine whatever runtime.backend says")
     p.add_argument("--dry-run", action="store_true", help="print the exact command and environment; run nothing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary (the run id is still printed)")
+    p.add_argument("-y", "--yes", action="store_true",
+                   help="cluster backends: submit without asking (needed when stdin is not a terminal)")
     add_json(p)
 
 
@@ -60,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
                         "build a new bundle with `mxc build SPEC --set KEY=VALUE`, then `mxc run` it")
     st = store()
     bundle = st.get(args.bundle) if args.bundle else st.last()
-    return _launch(args, bundle, rerun_of=None)
+    return _launch(args, bundle, rerun_of=None, named=bool(args.bundle))
 
 
 def _rerun(args: argparse.Namespace) -> int:
@@ -108,7 +111,7 @@ def _rerun(args: argparse.Namespace) -> int:
     return _launch(args, bundle, rerun_of=old.run_id)
 
 
-def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
+def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: bool = True) -> int:
     from mxc.runtime.backends import RunRequest, exit_code, get_backend
 
     st = store()
@@ -124,6 +127,13 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
         else:
             print(plan.render())
         return 0
+    if backend.name != "local":  # a cluster submission spends an allocation: ask first (mxc/cli/confirm.py)
+        from mxc.cli.confirm import confirm_submission
+
+        if not confirm_submission(bundle, request.contract, backend.name, plan.run_dir.run_id, named=named,
+                                  yes=args.yes):
+            print("mxc: not submitted", file=sys.stderr)
+            return 1
     if not request.quiet:
         print(f"mxc: run {plan.run_dir.run_id}: bundle {bundle.hash[:12]} ({request.spec_name}) on {backend.name}",
               file=sys.stderr)
