@@ -150,6 +150,21 @@ def test_runs_and_logs_show_the_run(home: Home, base_run: Path) -> None:
     assert follow.returncode == 0 and follow.stdout == logs.stdout
 
 
+def test_time_to_first_step_and_compile_time_are_recorded_and_shown(home: Home, base_run: Path,
+                                                                      tmp_path: Path) -> None:
+    record = record_of(base_run)
+    first, compiled = record["time_to_first_step_s"], record["compile_s"]
+    assert isinstance(first, float) and isinstance(compiled, float)
+    assert 0 < compiled <= first  # compilation is part of the wait for the first step
+    row = next(r for r in home.json("runs") if r["run_id"] == base_run.name)
+    assert row["time_to_first_step_s"] == first and row["compile_s"] == compiled
+    report = tmp_path / "report.html"
+    out = home.cli("report", base_run.name, "-o", str(report), "--no-tsdb")
+    assert out.returncode == 0, out.stderr
+    html = report.read_text()
+    assert "time to first step" in html and "compile" in html
+
+
 # ---- replay
 
 

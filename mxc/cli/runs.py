@@ -152,9 +152,13 @@ def _summary(record: Any, path: Path) -> str:
     loss = f", last loss {record.last_loss:.6f}" if record.last_loss is not None else ""
     steps = f", {record.steps} steps" if record.steps is not None else ""
     restarts = f", {record.restarts} restart(s)" if record.restarts else ""
+    startup = ""
+    if record.time_to_first_step_s is not None:
+        compiled = f", compile {record.compile_s:.1f}s" if record.compile_s is not None else ""
+        startup = f", first step after {record.time_to_first_step_s:.1f}s{compiled}"
     code = f" (exit {record.exit_code})" if record.status == "failed" and record.exit_code is not None else ""
     message = f"\nmxc: {record.message}" if record.message and record.status != "succeeded" else ""
-    return f"mxc: run {record.run_id} {record.status}{code}{steps}{loss}{restarts}: {path}{message}"
+    return f"mxc: run {record.run_id} {record.status}{code}{steps}{loss}{restarts}{startup}: {path}{message}"
 
 
 # ---- runs
@@ -185,6 +189,7 @@ def _runs(args: argparse.Namespace) -> int:
             "restarts": record.restarts, "started": record.started, "ended": record.ended,
             "duration_s": runs.duration_seconds(record, now), "exit_code": record.exit_code,
             "rerun_of": record.rerun_of, "path": str(run.path),
+            "time_to_first_step_s": record.time_to_first_step_s, "compile_s": record.compile_s,
         })
     if args.json:
         print_json(rows)
