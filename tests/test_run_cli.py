@@ -105,6 +105,16 @@ def test_damaged_bundle_is_not_run(mxc: Mxc, mxc_home: Path) -> None:
     assert not (mxc_home / "runs").exists()
 
 
+def test_the_run_id_a_detached_parent_chooses_must_be_of_its_bundle(mxc: Mxc, mxc_home: Path) -> None:
+    digest = mxc("build", TINY, "-q").stdout.strip()
+    one_line_error(mxc("run", "--as-run-id", "../../x", "--dry-run"), f"is not a run id of bundle {digest[:12]}")
+    one_line_error(mxc("run", "--as-run-id", "20990101-000000-abcd-ffffffff", "--dry-run"), "is not a run id")
+    chosen = f"20990101-000000-abcd-{digest[:8]}"
+    out = mxc("run", "--as-run-id", chosen, "--dry-run")
+    assert out.returncode == 0 and str(mxc_home / "runs" / chosen) in out.stdout
+    assert not (mxc_home / "runs").exists()
+
+
 def test_local_run_of_a_multi_node_bundle_is_refused(mxc: Mxc, mxc_home: Path) -> None:
     out = mxc("build", TINY, "-q", "--set", "runtime.backend=slurm", "--set", "resources.nodes=2")
     assert out.returncode == 0, out.stderr

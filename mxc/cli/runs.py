@@ -18,11 +18,16 @@ LOG_CHUNK = 1 << 24  # bytes of a log read at a time (a huge log is printed in p
 def register(sub: Any) -> None:
     p = add_command(sub, "run", "train a stored bundle (default: the last `mxc build`), recorded under $MXC_HOME/runs",
                     "mxc build specs/tiny.yaml && mxc run\nmxc run 3f9a --dry-run\n"
-                    "mxc run 3f9a -y      # a Slurm bundle, from a script: no question asked", _run)
+                    "mxc run 3f9a -y      # a Slurm bundle, from a script: no question asked\n"
+                    "mxc run --detach     # survives the terminal: mxc logs RUN -f, mxc cancel RUN", _run)
     p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix (default: the last bundle built)")
     _add_run_options(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="not allowed: a bundle is immutable (use `mxc build --set`)")
+    p.add_argument("--detach", action="store_true",
+                   help="local runs: print the run id and return at once; the run goes on without this terminal "
+                        "(follow: mxc logs RUN -f; stop: mxc cancel RUN)")
+    p.add_argument("--as-run-id", help=argparse.SUPPRESS)  # the run id a detached run's parent chose
 
     p = add_command(sub, "rerun", "run a recorded run's bundle again, exactly, after checking this machine for drift",
                     "mxc rerun 20260101-120000-ab12-3f9a0c1d\nmxc rerun 3f9a --strict", _rerun)
@@ -119,7 +124,8 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
     from mxc.runtime.contract import load as load_contract
 
     backend = get_backend("local" if args.local else load_contract(bundle).backend)
-    request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json)
+    request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json,
+                         run_id=getattr(args, "as_run_id", None))
     plan = backend.plan(request)
     if args.dry_run:
         if args.json:
@@ -134,6 +140,8 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
                                   yes=args.yes):
             print("mxc: not submitted", file=sys.stderr)
             return 1
+    if getattr(args, "detach", False) and backend.name == "local":  # Slurm submissions return at once anyway
+        return _detach(args, bundle, plan)
     if not request.quiet:
         print(f"mxc: run {plan.run_dir.run_id}: bundle {bundle.hash[:12]} ({request.spec_name}) on {backend.name}",
               file=sys.stderr)
@@ -146,6 +154,26 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
             print(_summary(record, plan.run_dir.path), file=sys.stderr)
         print(record.run_id)
     return exit_code(record)
+
+
+def _detach(args: argparse.Namespace, bundle: Any, plan: Any) -> int:
+    """Start the run as its own `mxc run` in a session of its own (mxc/runtime/local/detach.py)."""
+    from mxc.runtime import runs
+    from mxc.runtime.local import detach
+
+    run = plan.run_dir
+    argv = [sys.executable, "-m", "mxc", "run", bundle.hash, "--as-run-id", run.run_id, *(["--local"] if args.local else [])]
+    code, pid = detach.start(run, argv)
+    if code is not None:
+        return code
+    if args.json:
+        print_json(runs.load(run).model_dump(mode="json"))
+        return 0
+    if not args.quiet:
+        print(f"mxc: run {run.run_id} detached (supervisor pid {pid}, its output in {run.path / detach.LOG_NAME}); "
+              f"follow it with: mxc logs {run.run_id} -f; stop it with: mxc cancel {run.run_id}", file=sys.stderr)
+    print(run.run_id)
+    return 0
 
 
 def _summary(record: Any, path: Path) -> str:
