@@ -42,7 +42,7 @@ def build(mxc: Mxc, *sets: str, spec: str = TINY) -> str:
 
 
 def submit(mxc: Mxc, bundle: str, env: dict[str, str] | None = None) -> str:
-    out = mxc("run", "-q", bundle, env=env)
+    out = mxc("run", "-q", "-y", bundle, env=env)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 

@@ -105,6 +105,16 @@ def test_damaged_bundle_is_not_run(mxc: Mxc, mxc_home: Path) -> None:
     assert not (mxc_home / "runs").exists()
 
 
+def test_the_run_id_a_detached_parent_chooses_must_be_of_its_bundle(mxc: Mxc, mxc_home: Path) -> None:
+    digest = mxc("build", TINY, "-q").stdout.strip()
+    one_line_error(mxc("run", "--as-run-id", "../../x", "--dry-run"), f"is not a run id of bundle {digest[:12]}")
+    one_line_error(mxc("run", "--as-run-id", "20990101-000000-abcd-ffffffff", "--dry-run"), "is not a run id")
+    chosen = f"20990101-000000-abcd-{digest[:8]}"
+    out = mxc("run", "--as-run-id", chosen, "--dry-run")
+    assert out.returncode == 0 and str(mxc_home / "runs" / chosen) in out.stdout
+    assert not (mxc_home / "runs").exists()
+
+
 def test_local_run_of_a_multi_node_bundle_is_refused(mxc: Mxc, mxc_home: Path) -> None:
     out = mxc("build", TINY, "-q", "--set", "runtime.backend=slurm", "--set", "resources.nodes=2")
     assert out.returncode == 0, out.stderr
@@ -253,17 +263,61 @@ def test_progress_bar_line_and_tty_only(tmp_path: Path) -> None:
     from mxc.runtime.trainlog import StepEvent
 
     stream = io.StringIO()
-    bar = ProgressBar(30, stream)
+    now = [100.0]
+    bar = ProgressBar(30, stream, clock=lambda: now[0])
     assert bar.enabled is False  # not a terminal
+    now[0] = 165.0
+    bar.set_status("compile")  # before the first step: the phase and the elapsed time
+    assert bar.line() == "[........................] 0/30  compile  1m05s"
     bar.update([StepEvent(0, 6.1, 0.1)], now=10.0)
     bar.update([StepEvent(9, 5.9, 0.1)], now=11.0)
-    assert bar.line() == "[########................] 10/30  loss 5.900  9.0 steps/s"
+    assert bar.line() == "[########................] 10/30  loss 5.900  9.0 steps/s  1m05s"
     bar.close()
     assert stream.getvalue() == ""
-    shown = ProgressBar(None, stream, enabled=True, min_interval=0)
+    shown = ProgressBar(None, stream, enabled=True, min_interval=0, clock=lambda: now[0])
     shown.update([StepEvent(4, 2.0, 0.1)], now=1.0)
+    drawn = stream.getvalue()
+    shown.tick()  # less than a second later: nothing redrawn
+    assert stream.getvalue() == drawn
+    now[0] += 7200
+    shown.tick()  # the elapsed time moves on while nothing is logged
+    assert stream.getvalue().endswith("step 5  loss 2.000  2h00m")
     shown.close()
     assert stream.getvalue().startswith("\r\x1b[Kstep 5  loss 2.000") and stream.getvalue().endswith("\n")
+
+
+def test_log_follower_reports_the_phases_before_the_first_step(tmp_path: Path) -> None:
+    from mxc.runtime.local.startup import StartupTimes
+    from mxc.runtime.record import RunRecord, now_iso
+
+    log = tmp_path / "train.log"
+    log.write_text("[mxc n rank 0] stage preflight: start (limit 900s)\n[mxc n rank 0] stage image: start\n")
+    follower = LogFollower(log)
+    follower.poll()
+    assert follower.take_phases() == ["preflight", "image"] and follower.take_phases() == []
+    clock = [50.0]
+    startup = StartupTimes(clock=lambda: clock[0])
+    record = RunRecord(run_id="r", bundle="0" * 64, spec_name="t", backend="local", status="running",
+                       started=now_iso())
+    with open(log, "a") as fh:
+        fh.write("[mxc n rank 0] stage train: start\nI1 c.py:803] No existing checkpoints found, not restoring "
+                 "checkpoint.\n")
+    follower.poll()
+    for phase in follower.take_phases():
+        startup.phase(phase, record)
+    clock[0] = 62.5
+    with open(log, "a") as fh:
+        fh.write("I1 m.py:823] [train] Total estimated memory size: 0.0 GB\n" + STEP_LINE + "\n")
+    events = follower.poll()
+    assert follower.take_phases() == ["first step"]  # read in the same poll as the step: still reported
+    startup.phase("first step", record)
+    assert [e.step for e in events] == [2] and startup.first_step(record) is True
+    assert record.compile_s == 12.5 and record.time_to_first_step_s is not None
+    assert startup.first_step(record) is False  # only the run's first step counts
+    with open(log, "a") as fh:
+        fh.write("[mxc n rank 0] stage train: start\n")
+    follower.poll()
+    assert follower.take_phases() == []  # after the first step of an attempt, no phases
 
 
 def test_signal_of_exit_codes() -> None:

@@ -164,6 +164,21 @@ def test_runs_and_logs_show_the_run(home: Home, base_run: Path) -> None:
     assert follow.returncode == 0 and follow.stdout == logs.stdout
 
 
+def test_time_to_first_step_and_compile_time_are_recorded_and_shown(home: Home, base_run: Path,
+                                                                      tmp_path: Path) -> None:
+    record = record_of(base_run)
+    first, compiled = record["time_to_first_step_s"], record["compile_s"]
+    assert isinstance(first, float) and isinstance(compiled, float)
+    assert 0 < compiled <= first  # compilation is part of the wait for the first step
+    row = next(r for r in home.json("runs") if r["run_id"] == base_run.name)
+    assert row["time_to_first_step_s"] == first and row["compile_s"] == compiled
+    report = tmp_path / "report.html"
+    out = home.cli("report", base_run.name, "-o", str(report), "--no-tsdb")
+    assert out.returncode == 0, out.stderr
+    html = report.read_text()
+    assert "time to first step" in html and "compile" in html
+
+
 # ---- replay
 
 
@@ -246,3 +261,35 @@ def test_cancel_stops_training_and_leaves_no_process(home: Home, bundle: str, si
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
     listed = json.loads(home.cli("runs", "--json").stdout)
     assert next(r for r in listed if r["run_id"] == run.name)["status"] == "cancelled"
+
+
+# ---- detached
+
+
+def test_a_detached_run_outlives_its_parent_and_is_followed_and_cancelled(home: Home, bundle: str,
+                                                                         tmp_path: Path) -> None:
+    gate = PauseGate(tmp_path, {0: 1})  # holds the trainer after step 1 (never released): the run is surely live
+    started = subprocess.run([sys.executable, "-m", "mxc", "run", bundle[:12], "--detach"], cwd=REPO,
+                             env={**home.env(), **gate.env()}, capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    run = home.path / "runs" / run_id
+    assert f"mxc: run {run_id} detached" in started.stderr and f"mxc logs {run_id} -f" in started.stderr
+    # `mxc run` has exited; its training goes on and reaches a step
+    wait_for("a step line", lambda: "completed step: 0," in (run / "train.log").read_text(errors="replace"))
+    gate.wait_paused(0)
+    supervisor = record_of(run)["supervisor"]
+    assert os.getsid(supervisor["pid"]) == supervisor["pid"] != os.getsid(0)  # a session of its own: no terminal
+    follow = home.start("logs", run_id, "-f")
+    out = home.cli("cancel", run_id, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["status"] == "cancelled"
+    logs, _ = follow.communicate(timeout=120)  # -f ends with the run
+    assert follow.returncode == 0 and "completed step: 0," in logs and "[mxc] run cancelled" in logs
+    record = record_of(run)
+    assert record["status"] == "cancelled" and record["final"] is True and record["cancelled_by"] == "SIGTERM"
+    wait_for("the supervisor to exit", lambda: not Path(f"/proc/{supervisor['pid']}").exists()
+             or "Z" in Path(f"/proc/{supervisor['pid']}/stat").read_text().rsplit(")", 1)[1][:3])
+    assert list(run_processes(run)) == []
+    assert f"mxc: run {run_id} cancelled" in (run / "mxc.log").read_text()  # the detached mxc's own output
+    assert not list((home.path / "runs").glob(".*.detached.log"))

@@ -107,7 +107,7 @@ def main() -> int:
                 "observability.scrape_interval": 1, "checkpoint.period": 0}
         bundle = mxc("build", "-q", "specs/tiny.yaml", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")],
                      env=env)
-        run_id = mxc("run", "-q", bundle, env=env)
+        run_id = mxc("run", "-q", "-y", bundle, env=env)
         print(f"run {run_id}: waiting for both ranks to reach step 10", flush=True)
         gate.wait_paused(0, ranks=2)
         time.sleep(args.pause)  # the slow step: a tool, not a test, may wait on the clock

@@ -17,11 +17,17 @@ LOG_CHUNK = 1 << 24  # bytes of a log read at a time (a huge log is printed in p
 
 def register(sub: Any) -> None:
     p = add_command(sub, "run", "train a stored bundle (default: the last `mxc build`), recorded under $MXC_HOME/runs",
-                    "mxc build specs/tiny.yaml && mxc run\nmxc run 3f9a --dry-run", _run)
+                    "mxc build specs/tiny.yaml && mxc run\nmxc run 3f9a --dry-run\n"
+                    "mxc run 3f9a -y      # a Slurm bundle, from a script: no question asked\n"
+                    "mxc run --detach     # survives the terminal: mxc logs RUN -f, mxc cancel RUN", _run)
     p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix (default: the last bundle built)")
     _add_run_options(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="not allowed: a bundle is immutable (use `mxc build --set`)")
+    p.add_argument("--detach", action="store_true",
+                   help="local runs: print the run id and return at once; the run goes on without this terminal "
+                        "(follow: mxc logs RUN -f; stop: mxc cancel RUN)")
+    p.add_argument("--as-run-id", help=argparse.SUPPRESS)  # the run id a detached run's parent chose
 
     p = add_command(sub, "rerun", "run a recorded run's bundle again, exactly, after checking this machine for drift",
                     "mxc rerun 20260101-120000-ab12-3f9a0c1d\nmxc rerun 3f9a --strict", _rerun)
@@ -46,6 +52,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local", action="store_true", help="run on this machine whatever runtime.backend says")
     p.add_argument("--dry-run", action="store_true", help="print the exact command and environment; run nothing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary (the run id is still printed)")
+    p.add_argument("-y", "--yes", action="store_true",
+                   help="cluster backends: submit without asking (needed when stdin is not a terminal)")
     add_json(p)
 
 
@@ -60,7 +68,7 @@ def _run(args: argparse.Namespace) -> int:
                         "build a new bundle with `mxc build SPEC --set KEY=VALUE`, then `mxc run` it")
     st = store()
     bundle = st.get(args.bundle) if args.bundle else st.last()
-    return _launch(args, bundle, rerun_of=None)
+    return _launch(args, bundle, rerun_of=None, named=bool(args.bundle))
 
 
 def _rerun(args: argparse.Namespace) -> int:
@@ -108,7 +116,7 @@ def _rerun(args: argparse.Namespace) -> int:
     return _launch(args, bundle, rerun_of=old.run_id)
 
 
-def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
+def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: bool = True) -> int:
     from mxc.runtime.backends import RunRequest, exit_code, get_backend
 
     st = store()
@@ -116,7 +124,8 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
     from mxc.runtime.contract import load as load_contract
 
     backend = get_backend("local" if args.local else load_contract(bundle).backend)
-    request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json)
+    request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json,
+                         run_id=getattr(args, "as_run_id", None))
     plan = backend.plan(request)
     if args.dry_run:
         if args.json:
@@ -124,6 +133,15 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
         else:
             print(plan.render())
         return 0
+    if backend.name != "local":  # a cluster submission spends an allocation: ask first (mxc/cli/confirm.py)
+        from mxc.cli.confirm import confirm_submission
+
+        if not confirm_submission(bundle, request.contract, backend.name, plan.run_dir.run_id, named=named,
+                                  yes=args.yes):
+            print("mxc: not submitted", file=sys.stderr)
+            return 1
+    if getattr(args, "detach", False) and backend.name == "local":  # Slurm submissions return at once anyway
+        return _detach(args, bundle, plan)
     if not request.quiet:
         print(f"mxc: run {plan.run_dir.run_id}: bundle {bundle.hash[:12]} ({request.spec_name}) on {backend.name}",
               file=sys.stderr)
@@ -138,13 +156,37 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
     return exit_code(record)
 
 
+def _detach(args: argparse.Namespace, bundle: Any, plan: Any) -> int:
+    """Start the run as its own `mxc run` in a session of its own (mxc/runtime/local/detach.py)."""
+    from mxc.runtime import runs
+    from mxc.runtime.local import detach
+
+    run = plan.run_dir
+    argv = [sys.executable, "-m", "mxc", "run", bundle.hash, "--as-run-id", run.run_id, *(["--local"] if args.local else [])]
+    code, pid = detach.start(run, argv)
+    if code is not None:
+        return code
+    if args.json:
+        print_json(runs.load(run).model_dump(mode="json"))
+        return 0
+    if not args.quiet:
+        print(f"mxc: run {run.run_id} detached (supervisor pid {pid}, its output in {run.path / detach.LOG_NAME}); "
+              f"follow it with: mxc logs {run.run_id} -f; stop it with: mxc cancel {run.run_id}", file=sys.stderr)
+    print(run.run_id)
+    return 0
+
+
 def _summary(record: Any, path: Path) -> str:
     loss = f", last loss {record.last_loss:.6f}" if record.last_loss is not None else ""
     steps = f", {record.steps} steps" if record.steps is not None else ""
     restarts = f", {record.restarts} restart(s)" if record.restarts else ""
+    startup = ""
+    if record.time_to_first_step_s is not None:
+        compiled = f", compile {record.compile_s:.1f}s" if record.compile_s is not None else ""
+        startup = f", first step after {record.time_to_first_step_s:.1f}s{compiled}"
     code = f" (exit {record.exit_code})" if record.status == "failed" and record.exit_code is not None else ""
     message = f"\nmxc: {record.message}" if record.message and record.status != "succeeded" else ""
-    return f"mxc: run {record.run_id} {record.status}{code}{steps}{loss}{restarts}: {path}{message}"
+    return f"mxc: run {record.run_id} {record.status}{code}{steps}{loss}{restarts}{startup}: {path}{message}"
 
 
 # ---- runs
@@ -175,6 +217,7 @@ def _runs(args: argparse.Namespace) -> int:
             "restarts": record.restarts, "started": record.started, "ended": record.ended,
             "duration_s": runs.duration_seconds(record, now), "exit_code": record.exit_code,
             "rerun_of": record.rerun_of, "path": str(run.path),
+            "time_to_first_step_s": record.time_to_first_step_s, "compile_s": record.compile_s,
         })
     if args.json:
         print_json(rows)

@@ -124,6 +124,10 @@ def _facts(run: RunData) -> list[tuple[str, str]]:
     if s["loss_nonfinite_from_step"] is not None:
         facts.append(("loss not finite from", f"step {s['loss_nonfinite_from_step']}"))
     facts.append(("restarts", str(s["restarts"])))
+    if record.time_to_first_step_s is not None:  # measured by the local supervisor (mxc/runtime/local/startup.py)
+        facts.append(("time to first step", _num(record.time_to_first_step_s, 3, " s")))
+    if record.compile_s is not None:
+        facts.append(("compile", _num(record.compile_s, 3, " s")))
     return facts
 
 

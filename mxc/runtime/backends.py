@@ -28,7 +28,7 @@ from mxc.runtime.contract import load as load_contract
 from mxc.runtime.hooks import Launcher, RunObserver
 from mxc.runtime.provenance import environment
 from mxc.runtime.record import RunRecord
-from mxc.runtime.rundir import RunDir, new_run_id
+from mxc.runtime.rundir import RunDir, is_run_id, new_run_id
 from mxc.store import StoredBundle
 
 # name -> "module:class"; imported only when chosen.
@@ -52,6 +52,7 @@ class RunRequest:
     quiet: bool = False
     observers: Sequence[RunObserver] = ()
     launcher: Launcher | None = None
+    run_id: str | None = None  # chosen by the caller (a detached run's parent); else a fresh one
 
     @property
     def contract(self) -> RunContract:
@@ -122,6 +123,12 @@ def get_backend(name: str) -> Backend:
 def allocate_run_dir(request: RunRequest) -> RunDir:
     """A fresh, unused run directory path (not created: planning writes nothing)."""
     runs = request.home / "runs"
+    if request.run_id is not None:
+        if not is_run_id(request.run_id) or not request.run_id.endswith(request.bundle.hash[:8]):
+            raise UserError(f"'{request.run_id[:80]}' is not a run id of bundle {request.bundle.hash[:12]}")
+        if (runs / request.run_id).exists():
+            raise UserError(f"run {request.run_id} exists already")
+        return RunDir(runs / request.run_id)
     while True:
         run = RunDir(runs / new_run_id(request.bundle.hash))
         if not run.path.exists():

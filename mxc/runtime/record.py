@@ -87,6 +87,8 @@ class RunRecord(BaseModel):
     rerun_of: str | None = None
     tensorboard: str | None = None  # directory of MaxText's TensorBoard event files
     supervisor: dict[str, Any] | None = None  # pid and host of the local process that writes this record
+    time_to_first_step_s: float | None = None  # from `started` to the first step line (local runs)
+    compile_s: float | None = None  # the first finished compilation of the train step (local runs; trainlog.PHASE_LINES)
     message: str | None = None
 
     def save(self, path: Path) -> None:

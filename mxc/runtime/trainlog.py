@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mxc.fsutil import open_regular, read_tail
@@ -21,6 +21,21 @@ STEP_LINE = re.compile(
     + r"(?:, TFLOP/s/device: [\d.]+, Tokens/s/device: [\d.]+)?, total_weights: \S+, loss: (?P<loss>[^,\s]+)"
 )
 RESTORE_LINE = re.compile(r"restoring from this run's directory step (?P<step>\d+)")
+# Where a starting attempt is, told by the first line of each phase (the node program's stage
+# lines, then MaxText's): the progress bar shows the phase, the record the compile time.
+# "compile" starts when MaxText is done with checkpoints (restored or not) and ends with its report
+# of the compiled train step's memory; without that report (no ahead-of-time compile) MaxText
+# compiles inside the first step, and compilation ends with the first step line.
+PHASE_LINES: tuple[tuple[bytes, str], ...] = (
+    (b"] stage preflight: start", "preflight"),
+    (b"] stage image: start", "image"),
+    (b"] stage train: start", "start-up"),
+    (b"No existing checkpoints found, not restoring checkpoint", "compile"),
+    (b"restoring from this run's directory step", "compile"),
+    (b"Loading full state from path", "compile"),
+    (b"restoring params from", "compile"),
+    (b"[train] Total estimated memory size", "first step"),
+)
 # Lines that say why an attempt failed, best first: mxc's own stage messages, then Python's
 # final exception line, then absl fatal/error lines (e.g. "Unknown flag in XLA_FLAGS").
 _REASONS = (
@@ -62,6 +77,7 @@ class LogFollower:
     steps_seen: int = 0
 
     attempt_offset: int = 0
+    phases: list[str] = field(default_factory=list)  # phases entered since the last ``take_phases``
 
     def start_at_end(self) -> None:
         """Ignore what is already in the log (an earlier attempt's lines)."""
@@ -90,6 +106,12 @@ class LogFollower:
     def reset_attempt(self) -> None:
         self.restored_step = None
         self.steps_seen = 0
+        self.phases.clear()
+
+    def take_phases(self) -> list[str]:
+        """The phases whose first line was read since the last call, in order."""
+        taken, self.phases = self.phases, []
+        return taken
 
     def poll(self, limit: int = 1 << 22) -> list[StepEvent]:
         """New step events since the last poll (reads at most ``limit`` bytes per call)."""
@@ -114,10 +136,18 @@ class LogFollower:
                 match = RESTORE_LINE.search(raw.decode("utf-8", "replace"))
                 if match:
                     self.restored_step = int(match["step"])
+            if not self.steps_seen and not events:  # phases are before the first step only
+                self._phase(raw)
         if events:
             self.last_step = events[-1]
             self.steps_seen += len(events)
         return events
+
+    def _phase(self, raw: bytes) -> None:
+        for marker, phase in PHASE_LINES:
+            if marker in raw:
+                self.phases.append(phase)
+                return
 
 
 def last_step_in_tail(path: Path, tail_bytes: int = 1 << 16) -> StepEvent | None:

@@ -71,9 +71,18 @@ class LocalBackend:
 
     def run(self, request: RunRequest, plan: Plan) -> RunRecord:
         contract = request.contract
+        # From the start of `mxc run`: its elapsed time includes the code export (phase "code").
+        progress = None if request.quiet else ProgressBar(request.total_steps, sys.stderr)
         code = None
         if request.code_commit and contract.code.repo:
-            code = codepin.materialise(request.home, contract.code.repo, request.code_commit).as_record()
+            if progress:
+                progress.set_status("code")
+            try:
+                code = codepin.materialise(request.home, contract.code.repo, request.code_commit).as_record()
+            except BaseException:
+                if progress:
+                    progress.close()  # the error goes on a line of its own
+                raise
         run = plan.run_dir
         env = {k: v for k, v in os.environ.items() if k not in plan.unset}
         env.update(plan.env)
@@ -92,7 +101,7 @@ class LocalBackend:
 
         watch = DeathWatch.start(run.path)  # if this process is SIGKILLed, the run's processes go too
         try:
-            return self._supervise(request, plan, record, env, code)
+            return self._supervise(request, plan, record, env, code, progress)
         except BaseException as exc:  # the supervisor closes its own record; this covers the set-up before it
             if not record.final:
                 record.status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -105,7 +114,7 @@ class LocalBackend:
             watch.release()
 
     def _supervise(self, request: RunRequest, plan: Plan, record: RunRecord, env: dict[str, str],
-                   code: dict[str, Any] | None) -> RunRecord:
+                   code: dict[str, Any] | None, progress: ProgressBar | None) -> RunRecord:
         contract, run, python = request.contract, plan.run_dir, plan.env.get("MXC_PYTHON")
         # Host facts cost a Python start and a package scan: gather them once training has
         # taken its first step, so they never compete with its start-up (time to first step).
@@ -127,7 +136,6 @@ class LocalBackend:
                 rec.code = hostfacts.code_facts(contract, facts, code)
 
         launcher, observers = extensions(request)
-        progress = None if request.quiet else ProgressBar(request.total_steps, sys.stderr)
         config = SupervisorConfig(
             argv=plan.command, env=env, cwd=plan.cwd,
             restart=contract.restart, total_steps=request.total_steps,

@@ -1,7 +1,10 @@
-"""A one-line live progress bar on stderr: step, loss, steps/s, attempt.
+"""A one-line live progress bar on stderr: step, loss, steps/s, attempt, phase, elapsed time.
 
-Fed with step events parsed from the training log (``trainlog``). Drawn only on a terminal
-(redirected output stays clean for logs and scripts) and never when ``--quiet``.
+Fed with step events parsed from the training log (``trainlog``), and before the first step
+with the phase the run is in (code, preflight, image, start-up, compile, first step: minutes
+can pass there, and "starting" alone looks hung). The elapsed time counts from the bar's
+creation, the start of ``mxc run``. Drawn only on a terminal (redirected output stays clean
+for logs and scripts) and never when ``--quiet``.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import math
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TextIO
 
 from mxc.runtime.trainlog import StepEvent
@@ -20,7 +24,9 @@ RATE_WINDOW_S = 5.0
 
 class ProgressBar:
     def __init__(self, total_steps: int | None, stream: TextIO | None = None, enabled: bool | None = None,
-                 min_interval: float = 0.1) -> None:
+                 min_interval: float = 0.1, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started = clock()
         self.stream = stream or sys.stderr
         self.total = total_steps
         self.enabled = self.stream.isatty() if enabled is None else enabled
@@ -76,12 +82,13 @@ class ProgressBar:
             parts.append(f"restart {self.attempt}")
         if self.status != "training":
             parts.append(self.status)
+        parts.append(elapsed(self.clock() - self.started))
         return "  ".join(parts)
 
     def draw(self, force: bool = False) -> None:
         if not self.enabled:
             return
-        now = time.monotonic()
+        now = self.clock()
         if not force and now - self._drawn < self.min_interval:
             return
         self._drawn = now
@@ -89,9 +96,24 @@ class ProgressBar:
         self.stream.flush()
         self._visible = True
 
+    def tick(self) -> None:
+        """Redraw at most once a second when nothing new came (the elapsed time moves on)."""
+        if self.enabled and self.clock() - self._drawn >= 1.0:
+            self.draw(force=True)
+
     def close(self) -> None:
         if self.enabled and self._visible:
             self.draw(force=True)
             self.stream.write("\n")
             self.stream.flush()
             self._visible = False
+
+
+def elapsed(seconds: float) -> str:
+    """``42s``, ``3m07s``, ``2h05m``: short enough for the bar."""
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"

@@ -35,6 +35,7 @@ from mxc.node.checkpoints import latest_checkpoint  # the one checkpoint scan (a
 from mxc.node.contract import Restart
 from mxc.runtime.hooks import Launcher, RunObserver, TrainingProcess
 from mxc.runtime.local.progress import ProgressBar
+from mxc.runtime.local.startup import StartupTimes
 from mxc.runtime.metrics_merge import write_merged
 from mxc.runtime.record import Attempt, RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
@@ -80,6 +81,7 @@ class Supervisor:
     _stop_signal: int | None = field(default=None, init=False)
     _stop_count: int = field(default=0, init=False)
     _process: TrainingProcess | None = field(default=None, init=False)
+    _startup: StartupTimes = field(default_factory=StartupTimes, init=False)
 
     # ---- public
 
@@ -142,6 +144,7 @@ class Supervisor:
             self.progress.set_status("starting" if number == 0 else f"restarting from checkpoint {resume}", number)
         follower.start_at_end()
         follower.reset_attempt()
+        self._startup.attempt_started()
         env = {**self.config.env, "MXC_ATTEMPT": str(number)}
         process = self.launcher.start(self.config.argv, env, self.config.cwd, self.run.log)
         self._process = process
@@ -186,11 +189,19 @@ class Supervisor:
             events = follower.poll()
             if code is not None:
                 events += follower.poll()
+            for phase in follower.take_phases():
+                self._startup.phase(phase, self.record)
+                if self.progress:
+                    self.progress.set_status(phase)
             if events:
+                if self._startup.first_step(self.record):
+                    self._save()  # time to first step (and compile time) in the record while the run goes on
                 if self.progress:
                     self.progress.update(events)
                 if self.config.on_steps:
                     self.config.on_steps(events)
+            elif self.progress:
+                self.progress.tick()  # the elapsed time keeps counting while nothing is logged
             if code is not None:
                 return code
             if self._stop_signal is not None:
