@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,28 @@ def test_runs_and_logs_show_the_run(home: Home, base_run: Path) -> None:
     assert logs.returncode == 0 and "completed step: 29" in logs.stdout
     follow = home.cli("logs", base_run.name, "-f", timeout=60)  # a finished run: prints and returns
     assert follow.returncode == 0 and follow.stdout == logs.stdout
+
+
+def test_logs_fold_the_config_dump_and_filter(home: Home, base_run: Path) -> None:
+    raw = (base_run / "train.log").read_text().splitlines()
+    config = [line for line in raw if "] Config param " in line]
+    assert len(config) > 400  # MaxText logs every setting at start-up
+    shown = home.cli("logs", base_run.name).stdout.splitlines()
+    assert f"[... {len(config)} config lines folded; --config to show]" in shown
+    assert [line for line in shown if "folded" not in line] == [line for line in raw if line not in config]
+    assert home.cli("logs", base_run.name, "--config").stdout.splitlines() == raw
+    assert home.cli("logs", base_run.name, "--rank", "0", "--config").stdout.splitlines() == raw  # one rank locally
+    assert home.cli("logs", base_run.name, "--rank", "1").returncode == 2
+    steps = home.cli("logs", base_run.name, "--grep", r"completed step: \d+,", "--tail", "2").stdout.splitlines()
+    assert [s.split("completed step: ")[1].split(",")[0] for s in steps] == [str(STEPS - 2), str(STEPS - 1)]
+    follow = home.cli("logs", base_run.name, "-f", "--tail", "3", timeout=60)
+    assert follow.returncode == 0 and follow.stdout.splitlines() == shown[-3:] == raw[-3:]
+    # --since: from a step's logged time on, the lines before it are gone and the end is there
+    middle = next(line for line in raw if "completed step: 15," in line)
+    when = datetime.strptime(f"{record_of(base_run)['started'][:4]}{middle[1:21]}", "%Y%m%d %H:%M:%S.%f")
+    late = home.cli("logs", base_run.name, "--since", when.isoformat()).stdout.splitlines()
+    assert late and late[-1] == raw[-1] and not any("completed step: 14," in line for line in late)
+    assert any("completed step: 15," in line for line in late)
 
 
 # ---- replay

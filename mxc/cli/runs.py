@@ -35,11 +35,20 @@ def register(sub: Any) -> None:
     p.add_argument("-n", "--last", type=int, default=0, metavar="N", help="only the N most recent runs")
     add_json(p)
 
-    p = add_command(sub, "logs", "print a run's training log (default: the latest run)",
-                    "mxc logs 20260101-120000\nmxc logs -f", _logs)
+    p = add_command(sub, "logs", "print a run's training log (default: the latest run), MaxText's config dump folded",
+                    "mxc logs 20260101-120000\nmxc logs -f --rank 1 --grep 'loss|Error' --tail 50\n"
+                    "mxc logs RUN --since 10m     # lines logged in the last 10 minutes\n"
+                    "mxc logs RUN --config        # with MaxText's `Config param` lines", _logs)
     p.add_argument("ref", nargs="?", help="run id or unique prefix, or a bundle prefix (its latest run)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
     p.add_argument("--attempts", action="store_true", help="only mxc's lines (attempt starts and exits)")
+    p.add_argument("--rank", type=int, metavar="N", help="only rank N's lines (Slurm: the lines srun labels 'N: ')")
+    p.add_argument("--grep", metavar="RE", help="only lines matching this Python regular expression ((?i): any case)")
+    p.add_argument("--tail", type=int, metavar="N", help="only the last N lines (with -f: then follow)")
+    p.add_argument("--since", metavar="T", help="only lines logged since T: a duration back from now (10m, 2h, 1d) "
+                   "or an ISO time (2026-11-24T01:47; local time unless Z or an offset); a line's time is the "
+                   "one it was logged with (absl/TSL prefix, mxc's 'at ...Z'), else the last one before it")
+    p.add_argument("--config", action="store_true", help="show MaxText's config dump (folded into one line by default)")
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -210,9 +219,12 @@ def _human_seconds(seconds: float) -> str:
 
 
 def _logs(args: argparse.Namespace) -> int:
+    from collections import deque
+
     from mxc.errors import UserError
     from mxc.runtime import runs
 
+    _log_view(args)  # bad --grep/--since/--tail/--rank: refused before anything is read
     st = store()
     if args.ref:
         ref = runs.resolve(st.home, args.ref, st.hashes())
@@ -226,9 +238,18 @@ def _logs(args: argparse.Namespace) -> int:
         run = every[-1]
     if not run.log.exists() and not args.follow:
         raise UserError(f"run {run.run_id} has no log yet ({run.log})")
+    view = _log_view(args, run)
     out = sys.stdout
+    held: deque[str] | None = deque(maxlen=args.tail) if args.tail is not None else None  # until the first end
     offset = 0
     partial = b""
+
+    def emit(lines: list[str]) -> None:
+        if held is not None:
+            held.extend(lines)
+        else:
+            out.writelines(line + "\n" for line in lines)
+
     while True:
         record = runs.current(run) if args.follow and run.record.exists() else None
         data = b""
@@ -245,12 +266,13 @@ def _logs(args: argparse.Namespace) -> int:
             lines = (partial + data).split(b"\n")
             partial = lines.pop()
             for raw in lines:
-                text = raw.decode("utf-8", "replace")
-                if not args.attempts or text.startswith("[mxc"):
-                    out.write(text + "\n")
-            out.flush()
+                emit(view.feed(raw.decode("utf-8", "replace")))
         if len(data) == LOG_CHUNK:
             continue  # more is there already
+        if held is not None:  # the log as it was is read: its last lines, then (-f) everything new
+            out.writelines(line + "\n" for line in held)
+            held = None
+        out.flush()
         if not args.follow:
             break
         if record is not None and (record.final or runs.shown_status(record) == "lost"):
@@ -259,5 +281,50 @@ def _logs(args: argparse.Namespace) -> int:
             continue
         time.sleep(0.5)
     if partial:
-        out.write(partial.decode("utf-8", "replace") + "\n")
+        emit(view.feed(partial.decode("utf-8", "replace")))
+    emit(view.flush())
+    out.flush()
     return 0
+
+
+def _log_view(args: argparse.Namespace, run: Any = None) -> Any:
+    """The filters of `mxc logs`, checked; with the run, a LogView of its log."""
+    from mxc.errors import UserError
+    from mxc.runtime import logview
+    from mxc.runtime.record import RunRecord, epoch_seconds
+
+    if args.tail is not None and args.tail < 0:
+        raise UserError(f"--tail: {args.tail} is not a number of lines (0 or more)")
+    if args.rank is not None and args.rank < 0:
+        raise UserError(f"--rank: {args.rank} is not a rank (0, 1, ...)")
+    grep = logview.compile_grep(args.grep) if args.grep is not None else None
+    since = logview.parse_since(args.since, datetime.now(UTC)) if args.since is not None else None
+    want = logview.Filter(rank=args.rank, grep=grep, since=since, config=args.config, attempts=args.attempts)
+    if run is None:
+        return None
+    try:
+        record: RunRecord | None = RunRecord.load(run.record)  # as written: which backend, when it started
+    except (OSError, ValueError):
+        record = None  # a log without a (readable) record is still shown, as one rank
+    ranks = sorted(int(p.name) for p in (run.path / "ranks").glob("*") if p.name.isdigit()) \
+        if (run.path / "ranks").is_dir() else []
+    if args.rank is not None and ranks and args.rank not in ranks and (record is None or record.final):
+        raise UserError(f"run {run.run_id} has no rank {args.rank}", "its ranks: " + ", ".join(map(str, ranks)))
+    start = epoch_seconds(record.started) if record else None
+    return logview.LogView(want, labelled=record is not None and record.backend != "local", start=start,
+                           line_time=_line_time(start))
+
+
+def _line_time(start: float | None) -> Any:
+    """A log line's own time: absl has no year, so it is the run's (the next one's across New Year)."""
+    from mxc.runtime.triage.logs import line_time
+
+    year = datetime.fromtimestamp(start if start is not None else time.time()).year
+
+    def at(text: str) -> float | None:
+        when = line_time(text, year)
+        if when is not None and start is not None and when < start - 180 * 86400:
+            when = line_time(text, year + 1)
+        return when
+
+    return at
