@@ -49,7 +49,7 @@ def bundle(home: Home) -> str:
 @pytest.fixture(scope="module")
 def base_run(home: Home, bundle: str) -> Path:
     """The shared straight-through run (the last build, so `mxc run` takes no argument)."""
-    out = home.cli("run", "-q")
+    out = home.cli("run", "-q", "--label", "base")
     assert out.returncode == 0, out.stderr
     run = home.path / "runs" / out.stdout.strip()
     assert run.is_dir()
@@ -149,6 +149,15 @@ def test_runs_and_logs_show_the_run(home: Home, base_run: Path) -> None:
     assert logs.returncode == 0 and "completed step: 29" in logs.stdout
     follow = home.cli("logs", base_run.name, "-f", timeout=60)  # a finished run: prints and returns
     assert follow.returncode == 0 and follow.stdout == logs.stdout
+
+
+def test_a_run_label_is_recorded_and_names_the_run(home: Home, base_run: Path) -> None:
+    assert record_of(base_run)["labels"] == ["base"]
+    raw = (base_run / "train.log").read_text().splitlines()
+    assert home.cli("logs", "label:base", "--tail", "1").stdout.splitlines() == raw[-1:]
+    row = next(r for r in home.json("runs") if r["run_id"] == base_run.name)
+    assert row["labels"] == ["base"]
+    assert base_run.name in home.cli("runs", "--ids").stdout.split()
 
 
 def test_logs_fold_the_config_dump_and_filter(home: Home, base_run: Path) -> None:

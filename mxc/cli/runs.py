@@ -18,14 +18,15 @@ LOG_CHUNK = 1 << 24  # bytes of a log read at a time (a huge log is printed in p
 def register(sub: Any) -> None:
     p = add_command(sub, "run", "train a stored bundle (default: the last `mxc build`), recorded under $MXC_HOME/runs",
                     "mxc build specs/tiny.yaml && mxc run\nmxc run 3f9a --dry-run", _run)
-    p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix (default: the last bundle built)")
+    p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix, @ (the newest), @~N or label:NAME "
+                   "(default: the last bundle built)")
     _add_run_options(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="not allowed: a bundle is immutable (use `mxc build --set`)")
 
     p = add_command(sub, "rerun", "run a recorded run's bundle again, exactly, after checking this machine for drift",
                     "mxc rerun 20260101-120000-ab12-3f9a0c1d\nmxc rerun 3f9a --strict", _rerun)
-    p.add_argument("ref", help="run id (or unique prefix), or bundle hash prefix")
+    p.add_argument("ref", help="run id (or unique prefix), @ (the newest run), @~N, label:NAME, or bundle hash prefix")
     p.add_argument("--strict", action="store_true", help="refuse to run when the environment drifted")
     _add_run_options(p)
 
@@ -33,13 +34,15 @@ def register(sub: Any) -> None:
                     "mxc runs\nmxc runs --bundle 3f9a --json", _runs)
     p.add_argument("--bundle", help="only runs of this bundle (hash prefix)")
     p.add_argument("-n", "--last", type=int, default=0, metavar="N", help="only the N most recent runs")
+    p.add_argument("--ids", action="store_true", help=argparse.SUPPRESS)  # run ids, one a line (completion)
     add_json(p)
 
     p = add_command(sub, "logs", "print a run's training log (default: the latest run), MaxText's config dump folded",
                     "mxc logs 20260101-120000\nmxc logs -f --rank 1 --grep 'loss|Error' --tail 50\n"
                     "mxc logs RUN --since 10m     # lines logged in the last 10 minutes\n"
                     "mxc logs RUN --config        # with MaxText's `Config param` lines", _logs)
-    p.add_argument("ref", nargs="?", help="run id or unique prefix, or a bundle prefix (its latest run)")
+    p.add_argument("ref", nargs="?", help="run id or unique prefix, @ (the newest), @~N, label:NAME, "
+                   "or a bundle prefix (its latest run)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
     p.add_argument("--attempts", action="store_true", help="only mxc's lines (attempt starts and exits)")
     p.add_argument("--rank", type=int, metavar="N", help="only rank N's lines (Slurm: the lines srun labels 'N: ')")
@@ -55,6 +58,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local", action="store_true", help="run on this machine whatever runtime.backend says")
     p.add_argument("--dry-run", action="store_true", help="print the exact command and environment; run nothing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary (the run id is still printed)")
+    p.add_argument("--label", dest="labels", action="append", default=[], metavar="NAME",
+                   help="label the run (repeatable; in its record, not in the bundle); name it later as label:NAME")
     add_json(p)
 
 
@@ -67,17 +72,24 @@ def _run(args: argparse.Namespace) -> int:
     if args.overrides:
         raise UserError("a bundle is immutable: `mxc run` cannot --set fields",
                         "build a new bundle with `mxc build SPEC --set KEY=VALUE`, then `mxc run` it")
+    from mxc import refs
+
+    for name in args.labels:
+        refs.check_label(name)
     st = store()
     bundle = st.get(args.bundle) if args.bundle else st.last()
     return _launch(args, bundle, rerun_of=None)
 
 
 def _rerun(args: argparse.Namespace) -> int:
+    from mxc import refs
     from mxc.errors import UserError
     from mxc.runtime import runs
     from mxc.runtime.backends import training_python
     from mxc.runtime.provenance import hostfacts
 
+    for name in args.labels:
+        refs.check_label(name)
     st = store()
     ref = runs.resolve(st.home, args.ref, st.hashes())
     if not (st.bundles / ref.bundle).is_dir():
@@ -125,7 +137,8 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
     from mxc.runtime.contract import load as load_contract
 
     backend = get_backend("local" if args.local else load_contract(bundle).backend)
-    request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json)
+    request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json,
+                         labels=tuple(dict.fromkeys(args.labels)))
     plan = backend.plan(request)
     if args.dry_run:
         if args.json:
@@ -169,6 +182,9 @@ def _runs(args: argparse.Namespace) -> int:
         selected = runs.runs_of_bundle(st.home, st.get(args.bundle).hash)
     if args.last > 0:
         selected = selected[-args.last:]
+    if args.ids:
+        print("\n".join(run.run_id for run in selected))
+        return 0
     now = datetime.now(UTC)
     rows: list[dict[str, Any]] = []
     for run in selected:
@@ -183,7 +199,7 @@ def _runs(args: argparse.Namespace) -> int:
             "status": runs.shown_status(record), "backend": record.backend, "steps": steps, "last_loss": loss,
             "restarts": record.restarts, "started": record.started, "ended": record.ended,
             "duration_s": runs.duration_seconds(record, now), "exit_code": record.exit_code,
-            "rerun_of": record.rerun_of, "path": str(run.path),
+            "rerun_of": record.rerun_of, "labels": record.labels, "path": str(run.path),
         })
     if args.json:
         print_json(rows)
