@@ -16,13 +16,16 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from mxc import tempdirs
 from mxc.errors import UserError, cannot_write
 from mxc.fsutil import loads, read_bounded, write_atomic
 from mxc.node import integrity
 from mxc.node.integrity import MANIFEST
+
+if TYPE_CHECKING:
+    from mxc.refs import Relative
 
 EXECUTABLES = frozenset({"entrypoint.sh", "job.sbatch"})
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -175,14 +178,14 @@ class Store:
             raise UserError(f"'{prefix}' is ambiguous: {len(matches)} bundles match ({listed})", "give more digits")
         return StoredBundle(matches[0], self.bundles / matches[0])
 
-    def _relative(self, ref: Any) -> StoredBundle:
+    def _relative(self, ref: Relative) -> StoredBundle:
         """``@``, ``@~N`` (by the time bundles entered the store), ``label:NAME`` (the one most recently labelled so)."""
         from mxc import refs
 
         labels = self.labels()
         ordered = self.by_age()
-        if ref.label is not None:
-            ordered = sorted(ordered, key=lambda h: (labels.get(h, {}).get(ref.label, -1.0), self.created(h) or 0.0))
+        if (label := ref.label) is not None:
+            ordered = sorted(ordered, key=lambda h: (labels.get(h, {}).get(label, -1.0), self.created(h) or 0.0))
         digest = refs.pick(ref, ordered, "bundle", lambda h: labels.get(h, {}), "mxc ls")
         return StoredBundle(digest, self.bundles / digest)
 
