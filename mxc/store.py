@@ -16,13 +16,16 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from mxc import tempdirs
 from mxc.errors import UserError, cannot_write
 from mxc.fsutil import loads, read_bounded, write_atomic
 from mxc.node import integrity
 from mxc.node.integrity import MANIFEST
+
+if TYPE_CHECKING:
+    from mxc.refs import Relative
 
 EXECUTABLES = frozenset({"entrypoint.sh", "job.sbatch"})
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -136,7 +139,34 @@ class Store:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
+    def created(self, digest: str) -> float | None:
+        """When the bundle entered this store (its directory's modification time: the bundle holds no time)."""
+        try:
+            return os.stat(self.bundles / digest).st_mtime
+        except OSError:
+            return None
+
+    def by_age(self) -> list[str]:
+        """Every bundle hash, oldest first (as ``mxc ls`` lists them and ``@``/``@~N`` count)."""
+        return sorted(self.hashes(), key=lambda h: (self.created(h) or 0.0, h))
+
+    def labels(self) -> dict[str, dict[str, float]]:
+        """bundle hash -> {label: when it was last given} (``mxc build --label``; kept outside the bundles)."""
+        from mxc import bundle_labels
+
+        return bundle_labels.read(self.home)
+
+    def add_labels(self, digest: str, labels: list[str]) -> None:
+        from mxc import bundle_labels
+
+        bundle_labels.add(self.home, digest, labels)
+
     def get(self, prefix: str) -> StoredBundle:
+        from mxc import refs
+
+        relative = refs.parse(prefix)
+        if relative is not None:
+            return self._relative(relative)
         prefix = prefix.strip().lower()
         if not prefix or not _HEX.match(prefix):
             raise UserError(f"'{prefix[:80]}' is not a bundle hash or prefix (hex digits)")
@@ -147,6 +177,17 @@ class Store:
             listed = ", ".join(m[:12] for m in matches[:5])
             raise UserError(f"'{prefix}' is ambiguous: {len(matches)} bundles match ({listed})", "give more digits")
         return StoredBundle(matches[0], self.bundles / matches[0])
+
+    def _relative(self, ref: Relative) -> StoredBundle:
+        """``@``, ``@~N`` (by the time bundles entered the store), ``label:NAME`` (the one most recently labelled so)."""
+        from mxc import refs
+
+        labels = self.labels()
+        ordered = self.by_age()
+        if (label := ref.label) is not None:
+            ordered = sorted(ordered, key=lambda h: (labels.get(h, {}).get(label, -1.0), self.created(h) or 0.0))
+        digest = refs.pick(ref, ordered, "bundle", lambda h: labels.get(h, {}), "mxc ls")
+        return StoredBundle(digest, self.bundles / digest)
 
     def verify(self, bundle: StoredBundle) -> list[str]:
         """Problems found by recomputing every hash; empty when the bundle is intact."""

@@ -11,7 +11,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 APT_RUN=(git ca-certificates procps iproute2)
 APT_TEST=(shellcheck slurmctld slurmd slurm-client munge prometheus podman runc buildah skopeo
-          docker-registry nix-bin gdb chromium)
+          docker-registry nix-bin gdb chromium zsh fish)
 
 apt_install() {
   local missing=()

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def bundle(home: Home) -> str:
 @pytest.fixture(scope="module")
 def base_run(home: Home, bundle: str) -> Path:
     """The shared straight-through run (the last build, so `mxc run` takes no argument)."""
-    out = home.cli("run", "-q")
+    out = home.cli("run", "-q", "--label", "base")
     assert out.returncode == 0, out.stderr
     run = home.path / "runs" / out.stdout.strip()
     assert run.is_dir()
@@ -177,6 +178,37 @@ def test_time_to_first_step_and_compile_time_are_recorded_and_shown(home: Home, 
     assert out.returncode == 0, out.stderr
     html = report.read_text()
     assert "time to first step" in html and "compile" in html
+
+
+def test_a_run_label_is_recorded_and_names_the_run(home: Home, base_run: Path) -> None:
+    assert record_of(base_run)["labels"] == ["base"]
+    raw = (base_run / "train.log").read_text().splitlines()
+    assert home.cli("logs", "label:base", "--tail", "1").stdout.splitlines() == raw[-1:]
+    row = next(r for r in home.json("runs") if r["run_id"] == base_run.name)
+    assert row["labels"] == ["base"]
+    assert base_run.name in home.cli("runs", "--ids").stdout.split()
+
+
+def test_logs_fold_the_config_dump_and_filter(home: Home, base_run: Path) -> None:
+    raw = (base_run / "train.log").read_text().splitlines()
+    config = [line for line in raw if "] Config param " in line]
+    assert len(config) > 400  # MaxText logs every setting at start-up
+    shown = home.cli("logs", base_run.name).stdout.splitlines()
+    assert f"[... {len(config)} config lines folded; --config to show]" in shown
+    assert [line for line in shown if "folded" not in line] == [line for line in raw if line not in config]
+    assert home.cli("logs", base_run.name, "--config").stdout.splitlines() == raw
+    assert home.cli("logs", base_run.name, "--rank", "0", "--config").stdout.splitlines() == raw  # one rank locally
+    assert home.cli("logs", base_run.name, "--rank", "1").returncode == 2
+    steps = home.cli("logs", base_run.name, "--grep", r"completed step: \d+,", "--tail", "2").stdout.splitlines()
+    assert [s.split("completed step: ")[1].split(",")[0] for s in steps] == [str(STEPS - 2), str(STEPS - 1)]
+    follow = home.cli("logs", base_run.name, "-f", "--tail", "3", timeout=60)
+    assert follow.returncode == 0 and follow.stdout.splitlines() == shown[-3:] == raw[-3:]
+    # --since: from a step's logged time on, the lines before it are gone and the end is there
+    middle = next(line for line in raw if "completed step: 15," in line)
+    when = datetime.strptime(f"{record_of(base_run)['started'][:4]}{middle[1:21]}", "%Y%m%d %H:%M:%S.%f")
+    late = home.cli("logs", base_run.name, "--since", when.isoformat()).stdout.splitlines()
+    assert late and late[-1] == raw[-1] and not any("completed step: 14," in line for line in late)
+    assert any("completed step: 15," in line for line in late)
 
 
 # ---- replay

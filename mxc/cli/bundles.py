@@ -18,17 +18,22 @@ def register(sub: Any) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a spec field (repeatable; part of the hash)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the hash")
+    p.add_argument("--label", dest="labels", action="append", default=[], metavar="NAME",
+                   help="label the bundle in this store (repeatable; not part of the bundle or its hash); "
+                        "name it later as label:NAME")
     p.add_argument("--locked", action="store_true",
                    help="take the pins from lockfiles/<spec name>.lock.json (mxc lock) and refuse anything "
                         "unpinned or disagreeing; the lock joins the bundle")
     add_json(p)
 
-    p = add_command(sub, "ls", "list the bundles in the store", "mxc ls --json", _ls)
+    p = add_command(sub, "ls", "list the bundles in the store, oldest first: when each entered it, its labels",
+                    "mxc ls\nmxc ls --json\nmxc show @      # the newest; @~1 the one before; label:NAME", _ls)
+    p.add_argument("--ids", action="store_true", help=argparse.SUPPRESS)  # hash prefixes, one a line (completion)
     add_json(p)
 
     p = add_command(sub, "show", "show a stored bundle (by any unique hash prefix)",
                     "mxc show 3f9a\nmxc show 3f9a --file job.sbatch", _show)
-    p.add_argument("bundle", help="bundle hash or unique prefix")
+    p.add_argument("bundle", help="bundle hash or unique prefix, @ (the newest), @~N, label:NAME")
     p.add_argument("--file", help="print this bundle file instead of the summary")
     add_json(p)
 
@@ -49,7 +54,10 @@ def register(sub: Any) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from mxc import refs
     from mxc.build import compile_file
+
+    labels = [refs.check_label(name) for name in args.labels]  # before anything is compiled or written
 
     if getattr(args, "locked", False):
         from mxc.lock.check import compile_locked
@@ -64,8 +72,9 @@ def _build(args: argparse.Namespace) -> int:
     st = store()
     stored, outcome = st.put(bundle.files, bundle.hash)
     st.set_last(bundle.hash)
+    st.add_labels(bundle.hash, labels)
     if args.json:
-        print_json({"hash": bundle.hash, "path": str(stored.path), "created": outcome.created,
+        print_json({"hash": bundle.hash, "path": str(stored.path), "created": outcome.created, "labels": labels,
                     "repaired": outcome.problems, "name": bundle.spec.name, "files": sorted(bundle.files)})
     else:
         if not args.quiet:
@@ -79,27 +88,50 @@ def _build(args: argparse.Namespace) -> int:
 
 def _ls(args: argparse.Namespace) -> int:
     from mxc.errors import UserError
+    from mxc.runtime.record import iso_time
 
     st = store()
+    ordered = st.by_age()
+    if args.ids:
+        print("\n".join(digest[:12] for digest in ordered))
+        return 0
+    labels = st.labels()
     rows: list[dict[str, Any]] = []
-    for digest in st.hashes():
+    for digest in ordered:
+        common = {"hash": digest, "created": iso_time(st.created(digest)),
+                  "labels": sorted(labels.get(digest, {}), key=lambda name: labels[digest][name])}
         try:
             spec = st.get(digest).spec()
         except UserError as exc:  # one damaged bundle must not hide the others
-            rows.append({"hash": digest, "damaged": str(exc)})
+            rows.append({**common, "damaged": str(exc)})
             continue
-        rows.append({"hash": digest, "name": _field(spec, "name"), "model": _field(spec, "model", "model_name"),
+        rows.append({**common, "name": _field(spec, "name"), "model": _field(spec, "model", "model_name"),
                      "backend": _field(spec, "runtime", "backend"), "container": _field(spec, "runtime", "container"),
                      "nodes": _field(spec, "resources", "nodes")})
     if args.json:
         print_json(rows)
     elif rows:
-        print(table([[r["hash"][:12], "(damaged: mxc verify " + r["hash"][:12] + ")", "-", "-", "-", "-"] if "damaged" in r
-                     else [r["hash"][:12], r["name"], r["model"], r["backend"], r["container"], r["nodes"]]
-                     for r in rows], ["HASH", "NAME", "MODEL", "BACKEND", "CONTAINER", "NODES"]))
+        print(table([_ls_row(r) for r in rows],
+                    ["HASH", "CREATED", "NAME", "MODEL", "BACKEND", "CONTAINER", "NODES", "LABELS"]))
     else:
         print("no bundles yet: mxc build specs/tiny.yaml", file=sys.stderr)
     return 0
+
+
+def _ls_row(r: dict[str, Any]) -> list[str]:
+    created = _local_time(r["created"])
+    labels = ",".join(r["labels"]) or "-"
+    if "damaged" in r:
+        return [r["hash"][:12], created, "(damaged: mxc verify " + r["hash"][:12] + ")", "-", "-", "-", "-", labels]
+    return [r["hash"][:12], created, r["name"], r["model"], r["backend"], r["container"], r["nodes"], labels]
+
+
+def _local_time(iso: str | None) -> str:
+    """A record-style UTC time as this machine's local time, to the minute, for a table."""
+    from mxc.runtime.record import parse_time
+
+    when = parse_time(iso)
+    return when.astimezone().strftime("%Y-%m-%d %H:%M") if when else "-"
 
 
 def _field(spec: dict[str, Any], *path: str) -> str:

@@ -15,7 +15,7 @@ from mxc import __version__
 
 # One module per group of commands; each has register(subparsers).
 COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.watch", "mxc.cli.lock",
-                   "mxc.cli.check", "mxc.cli.triage", "mxc.cli.observe")
+                   "mxc.cli.check", "mxc.cli.triage", "mxc.cli.observe", "mxc.cli.completion")
 
 DESCRIPTION = """\
 Compile MaxText training job specs into immutable, hash-addressed bundles, and run them.
@@ -42,6 +42,7 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc triage [RUN-ID]           why a run failed: cause, first failing rank and node, what to try
   mxc compare RUN-A RUN-B       spec diff, environment drift, first diverging step, step-time ratio
   mxc notify test               send a test alert to the spec's webhook (Slack, Mattermost, Telegram)
+  mxc completion bash|zsh|fish  a shell completion script (commands, options, run ids, bundle prefixes)
 
 Exit codes: 0 success, 1 a check found a difference or a problem, 2 bad input.
 """

@@ -20,7 +20,8 @@ def register(sub: Any) -> None:
                     "mxc build specs/tiny.yaml && mxc run\nmxc run 3f9a --dry-run\n"
                     "mxc run 3f9a -y      # a Slurm bundle, from a script: no question asked\n"
                     "mxc run --detach     # survives the terminal: mxc logs RUN -f, mxc cancel RUN", _run)
-    p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix (default: the last bundle built)")
+    p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix, @ (the newest), @~N or label:NAME "
+                   "(default: the last bundle built)")
     _add_run_options(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="not allowed: a bundle is immutable (use `mxc build --set`)")
@@ -31,7 +32,7 @@ def register(sub: Any) -> None:
 
     p = add_command(sub, "rerun", "run a recorded run's bundle again, exactly, after checking this machine for drift",
                     "mxc rerun 20260101-120000-ab12-3f9a0c1d\nmxc rerun 3f9a --strict", _rerun)
-    p.add_argument("ref", help="run id (or unique prefix), or bundle hash prefix")
+    p.add_argument("ref", help="run id (or unique prefix), @ (the newest run), @~N, label:NAME, or bundle hash prefix")
     p.add_argument("--strict", action="store_true", help="refuse to run when the environment drifted")
     _add_run_options(p)
 
@@ -39,13 +40,24 @@ def register(sub: Any) -> None:
                     "mxc runs\nmxc runs --bundle 3f9a --json", _runs)
     p.add_argument("--bundle", help="only runs of this bundle (hash prefix)")
     p.add_argument("-n", "--last", type=int, default=0, metavar="N", help="only the N most recent runs")
+    p.add_argument("--ids", action="store_true", help=argparse.SUPPRESS)  # run ids, one a line (completion)
     add_json(p)
 
-    p = add_command(sub, "logs", "print a run's training log (default: the latest run)",
-                    "mxc logs 20260101-120000\nmxc logs -f", _logs)
-    p.add_argument("ref", nargs="?", help="run id or unique prefix, or a bundle prefix (its latest run)")
+    p = add_command(sub, "logs", "print a run's training log (default: the latest run), MaxText's config dump folded",
+                    "mxc logs 20260101-120000\nmxc logs -f --rank 1 --grep 'loss|Error' --tail 50\n"
+                    "mxc logs RUN --since 10m     # lines logged in the last 10 minutes\n"
+                    "mxc logs RUN --config        # with MaxText's `Config param` lines", _logs)
+    p.add_argument("ref", nargs="?", help="run id or unique prefix, @ (the newest), @~N, label:NAME, "
+                   "or a bundle prefix (its latest run)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
     p.add_argument("--attempts", action="store_true", help="only mxc's lines (attempt starts and exits)")
+    p.add_argument("--rank", type=int, metavar="N", help="only rank N's lines (Slurm: the lines srun labels 'N: ')")
+    p.add_argument("--grep", metavar="RE", help="only lines matching this Python regular expression ((?i): any case)")
+    p.add_argument("--tail", type=int, metavar="N", help="only the last N lines (with -f: then follow)")
+    p.add_argument("--since", metavar="T", help="only lines logged since T: a duration back from now (10m, 2h, 1d) "
+                   "or an ISO time (2026-11-24T01:47; local time unless Z or an offset); a line's time is the "
+                   "one it was logged with (absl/TSL prefix, mxc's 'at ...Z'), else the last one before it")
+    p.add_argument("--config", action="store_true", help="show MaxText's config dump (folded into one line by default)")
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -54,6 +66,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary (the run id is still printed)")
     p.add_argument("-y", "--yes", action="store_true",
                    help="cluster backends: submit without asking (needed when stdin is not a terminal)")
+    p.add_argument("--label", dest="labels", action="append", default=[], metavar="NAME",
+                   help="label the run (repeatable; in its record, not in the bundle); name it later as label:NAME")
     add_json(p)
 
 
@@ -66,17 +80,24 @@ def _run(args: argparse.Namespace) -> int:
     if args.overrides:
         raise UserError("a bundle is immutable: `mxc run` cannot --set fields",
                         "build a new bundle with `mxc build SPEC --set KEY=VALUE`, then `mxc run` it")
+    from mxc import refs
+
+    for name in args.labels:
+        refs.check_label(name)
     st = store()
     bundle = st.get(args.bundle) if args.bundle else st.last()
     return _launch(args, bundle, rerun_of=None, named=bool(args.bundle))
 
 
 def _rerun(args: argparse.Namespace) -> int:
+    from mxc import refs
     from mxc.errors import UserError
     from mxc.runtime import runs
     from mxc.runtime.backends import training_python
     from mxc.runtime.provenance import hostfacts
 
+    for name in args.labels:
+        refs.check_label(name)
     st = store()
     ref = runs.resolve(st.home, args.ref, st.hashes())
     if not (st.bundles / ref.bundle).is_dir():
@@ -125,7 +146,7 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
 
     backend = get_backend("local" if args.local else load_contract(bundle).backend)
     request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json,
-                         run_id=getattr(args, "as_run_id", None))
+                         run_id=getattr(args, "as_run_id", None), labels=tuple(dict.fromkeys(args.labels)))
     plan = backend.plan(request)
     if args.dry_run:
         if args.json:
@@ -202,6 +223,9 @@ def _runs(args: argparse.Namespace) -> int:
         selected = runs.runs_of_bundle(st.home, st.get(args.bundle).hash)
     if args.last > 0:
         selected = selected[-args.last:]
+    if args.ids:
+        print("\n".join(run.run_id for run in selected))
+        return 0
     now = datetime.now(UTC)
     rows: list[dict[str, Any]] = []
     for run in selected:
@@ -216,7 +240,7 @@ def _runs(args: argparse.Namespace) -> int:
             "status": runs.shown_status(record), "backend": record.backend, "steps": steps, "last_loss": loss,
             "restarts": record.restarts, "started": record.started, "ended": record.ended,
             "duration_s": runs.duration_seconds(record, now), "exit_code": record.exit_code,
-            "rerun_of": record.rerun_of, "path": str(run.path),
+            "rerun_of": record.rerun_of, "labels": record.labels, "path": str(run.path),
             "time_to_first_step_s": record.time_to_first_step_s, "compile_s": record.compile_s,
         })
     if args.json:
@@ -253,9 +277,12 @@ def _human_seconds(seconds: float) -> str:
 
 
 def _logs(args: argparse.Namespace) -> int:
+    from collections import deque
+
     from mxc.errors import UserError
     from mxc.runtime import runs
 
+    _log_view(args)  # bad --grep/--since/--tail/--rank: refused before anything is read
     st = store()
     if args.ref:
         ref = runs.resolve(st.home, args.ref, st.hashes())
@@ -269,9 +296,18 @@ def _logs(args: argparse.Namespace) -> int:
         run = every[-1]
     if not run.log.exists() and not args.follow:
         raise UserError(f"run {run.run_id} has no log yet ({run.log})")
+    view = _log_view(args, run)
     out = sys.stdout
+    held: deque[str] | None = deque(maxlen=args.tail) if args.tail is not None else None  # until the first end
     offset = 0
     partial = b""
+
+    def emit(lines: list[str]) -> None:
+        if held is not None:
+            held.extend(lines)
+        else:
+            out.writelines(line + "\n" for line in lines)
+
     while True:
         record = runs.current(run) if args.follow and run.record.exists() else None
         data = b""
@@ -288,12 +324,13 @@ def _logs(args: argparse.Namespace) -> int:
             lines = (partial + data).split(b"\n")
             partial = lines.pop()
             for raw in lines:
-                text = raw.decode("utf-8", "replace")
-                if not args.attempts or text.startswith("[mxc"):
-                    out.write(text + "\n")
-            out.flush()
+                emit(view.feed(raw.decode("utf-8", "replace")))
         if len(data) == LOG_CHUNK:
             continue  # more is there already
+        if held is not None:  # the log as it was is read: its last lines, then (-f) everything new
+            out.writelines(line + "\n" for line in held)
+            held = None
+        out.flush()
         if not args.follow:
             break
         if record is not None and (record.final or runs.shown_status(record) == "lost"):
@@ -302,5 +339,50 @@ def _logs(args: argparse.Namespace) -> int:
             continue
         time.sleep(0.5)
     if partial:
-        out.write(partial.decode("utf-8", "replace") + "\n")
+        emit(view.feed(partial.decode("utf-8", "replace")))
+    emit(view.flush())
+    out.flush()
     return 0
+
+
+def _log_view(args: argparse.Namespace, run: Any = None) -> Any:
+    """The filters of `mxc logs`, checked; with the run, a LogView of its log."""
+    from mxc.errors import UserError
+    from mxc.runtime import logview
+    from mxc.runtime.record import RunRecord, epoch_seconds
+
+    if args.tail is not None and args.tail < 0:
+        raise UserError(f"--tail: {args.tail} is not a number of lines (0 or more)")
+    if args.rank is not None and args.rank < 0:
+        raise UserError(f"--rank: {args.rank} is not a rank (0, 1, ...)")
+    grep = logview.compile_grep(args.grep) if args.grep is not None else None
+    since = logview.parse_since(args.since, datetime.now(UTC)) if args.since is not None else None
+    want = logview.Filter(rank=args.rank, grep=grep, since=since, config=args.config, attempts=args.attempts)
+    if run is None:
+        return None
+    try:
+        record: RunRecord | None = RunRecord.load(run.record)  # as written: which backend, when it started
+    except (OSError, ValueError):
+        record = None  # a log without a (readable) record is still shown, as one rank
+    ranks = sorted(int(p.name) for p in (run.path / "ranks").glob("*") if p.name.isdigit()) \
+        if (run.path / "ranks").is_dir() else []
+    if args.rank is not None and ranks and args.rank not in ranks and (record is None or record.final):
+        raise UserError(f"run {run.run_id} has no rank {args.rank}", "its ranks: " + ", ".join(map(str, ranks)))
+    start = epoch_seconds(record.started) if record else None
+    return logview.LogView(want, labelled=record is not None and record.backend != "local", start=start,
+                           line_time=_line_time(start))
+
+
+def _line_time(start: float | None) -> Any:
+    """A log line's own time: absl has no year, so it is the run's (the next one's across New Year)."""
+    from mxc.runtime.triage.logs import line_time
+
+    year = datetime.fromtimestamp(start if start is not None else time.time()).year
+
+    def at(text: str) -> float | None:
+        when = line_time(text, year)
+        if when is not None and start is not None and when < start - 180 * 86400:
+            when = line_time(text, year + 1)
+        return when
+
+    return at

@@ -50,6 +50,7 @@ class RunRequest:
     spec: Mapping[str, Any]
     rerun_of: str | None = None
     quiet: bool = False
+    labels: tuple[str, ...] = ()  # mxc run --label, recorded in the run's record
     observers: Sequence[RunObserver] = ()
     launcher: Launcher | None = None
     run_id: str | None = None  # chosen by the caller (a detached run's parent); else a fresh one

@@ -85,6 +85,7 @@ class RunRecord(BaseModel):
     slurm: dict[str, Any] | None = None
     observability: dict[str, Any] | None = None
     rerun_of: str | None = None
+    labels: list[str] = Field(default_factory=list)  # mxc run --label: names for `label:NAME` references
     tensorboard: str | None = None  # directory of MaxText's TensorBoard event files
     supervisor: dict[str, Any] | None = None  # pid and host of the local process that writes this record
     time_to_first_step_s: float | None = None  # from `started` to the first step line (local runs)

@@ -88,8 +88,22 @@ def current(run: RunDir) -> RunRecord:
     return seen
 
 
+def labels_of(run: RunDir) -> list[str]:
+    """The labels its record gives a run (none when the record cannot be read)."""
+    try:
+        return RunRecord.load(run.record).labels
+    except (OSError, ValueError):
+        return []
+
+
 def find_run(home: Path, ref: str) -> RunDir:
-    """A run by full id or unique prefix of its id."""
+    """A run by full id or unique prefix of its id, or relative: ``@`` the newest (by start), ``@~N``
+    N before it, ``label:NAME`` the newest run labelled so (mxc/refs.py)."""
+    from mxc import refs
+
+    relative = refs.parse(ref)
+    if relative is not None:
+        return refs.pick(relative, all_runs(home), "run", labels_of, "mxc runs")
     ref = ref.strip()
     if not ref:
         raise UserError("empty run id")
@@ -119,7 +133,13 @@ def runs_of_bundle(home: Path, bundle_hash: str) -> list[RunDir]:
 
 
 def resolve(home: Path, ref: str, bundle_hashes: list[str]) -> RunRef:
-    """A run id (or unique prefix) or a bundle-hash prefix; a ref matching both is ambiguous."""
+    """A run id (or unique prefix) or a bundle-hash prefix; a ref matching both is ambiguous.
+    A relative reference (``@``, ``@~N``, ``label:NAME``) names a run (``find_run``)."""
+    from mxc import refs
+
+    if refs.parse(ref) is not None:
+        run = find_run(home, ref)
+        return RunRef(load(run).bundle, run)
     ref = ref.strip()
     runs = [r for r in all_runs(home) if r.run_id.startswith(ref)] if ref else []
     exact = [r for r in runs if r.run_id == ref]

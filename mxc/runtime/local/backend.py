@@ -89,7 +89,7 @@ class LocalBackend:
         record = RunRecord(
             run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend="local",
             status="starting", started=now_iso(), command=plan.command, environment=recorded_environment(env, request.spec),
-            code=hostfacts.code_facts(contract, {}, code), rerun_of=request.rerun_of,
+            code=hostfacts.code_facts(contract, {}, code), rerun_of=request.rerun_of, labels=list(request.labels),
             image=hostfacts.image_facts(contract, {}, hostfacts.lockfile_digest(request.bundle.path)),
         )
         # Who writes this record, as an identity (pid + start time + boot id), not a bare pid:

@@ -149,7 +149,7 @@ class SlurmBackend:
             environment=recorded_environment({**os.environ, **exports}, request.spec),
             code=pinned.as_record() if pinned else hostfacts.code_facts(contract, {}, None),
             image=hostfacts.image_facts(contract, {}),
-            rerun_of=request.rerun_of,
+            rerun_of=request.rerun_of, labels=list(request.labels),
             slurm={"jobs": [], "exports": scrubbed(exports), "partition": contract.slurm.partition,
                    "restart_max": contract.restart.max},
         )
