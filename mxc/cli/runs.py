@@ -22,6 +22,9 @@ def register(sub: Any) -> None:
     _add_run_options(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="not allowed: a bundle is immutable (use `mxc build --set`)")
+    p.add_argument("--resume-from", metavar="RUN[@STEP]",
+                   help="start from another run's checkpoint (its newest, or the one at STEP); a new run of this "
+                        "bundle, recorded with resumed_from. Example: mxc run --resume-from 20260101-1200@20")
 
     p = add_command(sub, "rerun", "run a recorded run's bundle again, exactly, after checking this machine for drift",
                     "mxc rerun 20260101-120000-ab12-3f9a0c1d\nmxc rerun 3f9a --strict", _rerun)
@@ -60,7 +63,15 @@ def _run(args: argparse.Namespace) -> int:
                         "build a new bundle with `mxc build SPEC --set KEY=VALUE`, then `mxc run` it")
     st = store()
     bundle = st.get(args.bundle) if args.bundle else st.last()
-    return _launch(args, bundle, rerun_of=None)
+    resume = None
+    if args.resume_from:
+        from mxc.runtime import resume as resuming
+        from mxc.runtime.contract import load as load_contract
+
+        resume = resuming.find(st.home, args.resume_from)
+        st.require_intact(bundle)
+        resuming.check_bundle(resume, load_contract(bundle), bundle.hash)
+    return _launch(args, bundle, rerun_of=None, resume_from=resume)
 
 
 def _rerun(args: argparse.Namespace) -> int:
@@ -108,7 +119,7 @@ def _rerun(args: argparse.Namespace) -> int:
     return _launch(args, bundle, rerun_of=old.run_id)
 
 
-def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
+def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, resume_from: Any = None) -> int:
     from mxc.runtime.backends import RunRequest, exit_code, get_backend
 
     st = store()
@@ -116,8 +127,12 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None) -> int:
     from mxc.runtime.contract import load as load_contract
 
     backend = get_backend("local" if args.local else load_contract(bundle).backend)
-    request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json)
+    request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json,
+                         resume_from=resume_from)
     plan = backend.plan(request)
+    if resume_from is not None:
+        plan.notes.append(f"resumes from run {resume_from.run} at step {resume_from.step}: its checkpoint "
+                          f"{resume_from.path} is seeded into this run's checkpoints first")
     if args.dry_run:
         if args.json:
             print_json(plan.as_dict())
@@ -174,7 +189,7 @@ def _runs(args: argparse.Namespace) -> int:
             "status": runs.shown_status(record), "backend": record.backend, "steps": steps, "last_loss": loss,
             "restarts": record.restarts, "started": record.started, "ended": record.ended,
             "duration_s": runs.duration_seconds(record, now), "exit_code": record.exit_code,
-            "rerun_of": record.rerun_of, "path": str(run.path),
+            "rerun_of": record.rerun_of, "resumed_from": record.resumed_from, "path": str(run.path),
         })
     if args.json:
         print_json(rows)

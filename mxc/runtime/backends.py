@@ -28,6 +28,7 @@ from mxc.runtime.contract import load as load_contract
 from mxc.runtime.hooks import Launcher, RunObserver
 from mxc.runtime.provenance import environment
 from mxc.runtime.record import RunRecord
+from mxc.runtime.resume import ResumePoint
 from mxc.runtime.rundir import RunDir, new_run_id
 from mxc.store import StoredBundle
 
@@ -52,6 +53,7 @@ class RunRequest:
     quiet: bool = False
     observers: Sequence[RunObserver] = ()
     launcher: Launcher | None = None
+    resume_from: ResumePoint | None = None  # mxc run --resume-from: seeded into the new run's checkpoints
 
     @property
     def contract(self) -> RunContract:
@@ -121,11 +123,24 @@ def get_backend(name: str) -> Backend:
 
 def allocate_run_dir(request: RunRequest) -> RunDir:
     """A fresh, unused run directory path (not created: planning writes nothing)."""
-    runs = request.home / "runs"
+    from mxc.runtime.runs import runs_root
+
+    runs = runs_root(request.home)
     while True:
         run = RunDir(runs / new_run_id(request.bundle.hash))
         if not run.path.exists():
             return run
+
+
+def image_cache_env(home: Path) -> dict[str, str]:
+    """``MXC_IMAGE_CACHE`` when runs live outside ``$MXC_HOME`` (``MXC_RUNS_DIR``): the node program
+    otherwise finds the image cache beside the runs directory, which is ``$MXC_HOME/images`` only when
+    runs are in ``$MXC_HOME/runs``. A cache the caller chose (``MXC_IMAGE_CACHE``) is left alone."""
+    from mxc.runtime.runs import runs_root
+
+    if os.environ.get("MXC_IMAGE_CACHE") or runs_root(home) == home / "runs":
+        return {}
+    return {"MXC_IMAGE_CACHE": str(home / "images")}
 
 
 def create_run_dir(run: RunDir, record: RunRecord) -> None:
@@ -141,6 +156,22 @@ def create_run_dir(run: RunDir, record: RunRecord) -> None:
         with contextlib.suppress(OSError):
             tempdirs.remove(run.path)
         raise cannot_write(f"the record of run {run.run_id} in {run.path.parent}", exc) from None
+
+
+def seed_checkpoint(request: RunRequest, run: RunDir) -> None:
+    """Before the first attempt of a ``--resume-from`` run: the source checkpoint in its own
+    checkpoint directory, where MaxText restores from (``mxc.runtime.resume``)."""
+    if request.resume_from is None:
+        return
+    from mxc.node import layout
+    from mxc.runtime.resume import seed
+
+    target = layout.checkpoints(run.path, request.contract.checkpoint.dir)
+    how = seed(request.resume_from, target)
+    if not request.quiet:
+        point = request.resume_from
+        print(f"mxc: resuming from run {point.run} at step {point.step}: checkpoint {how} into {target}",
+              file=sys.stderr)
 
 
 def training_python(contract: RunContract) -> str:

@@ -85,6 +85,7 @@ class RunRecord(BaseModel):
     slurm: dict[str, Any] | None = None
     observability: dict[str, Any] | None = None
     rerun_of: str | None = None
+    resumed_from: dict[str, Any] | None = None  # mxc run --resume-from: {run, step, path} of the checkpoint it started from
     tensorboard: str | None = None  # directory of MaxText's TensorBoard event files
     supervisor: dict[str, Any] | None = None  # pid and host of the local process that writes this record
     message: str | None = None
