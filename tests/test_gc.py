@@ -47,8 +47,8 @@ def make_run(home: Path, tag: str, digest: str, status: str = "succeeded", start
     run = home / "runs" / run_id
     (run / "output" / run_id / "checkpoints" / "10").mkdir(parents=True)
     (run / "output" / run_id / "checkpoints" / "10" / "state").write_bytes(b"x" * size)
-    record = RunRecord(run_id=run_id, bundle=digest, spec_name="tiny", backend="local", status=status,
-                       final=final, started=started, ended=started if final else None, **fields)
+    record = RunRecord(run_id=run_id, bundle=digest, spec_name="tiny", status=status, final=final, started=started,
+                       ended=started if final else None, **{"backend": "local", **fields})
     record.save(run / "record.json")
     return run
 
@@ -188,6 +188,8 @@ def test_gc_never_removes_a_live_run_nor_the_bundle_it_uses(mxc: Mxc, mxc_home: 
     leftover_run = make_run(mxc_home, "cccc", lost_bundle, "running", final=False,
                             supervisor={"host": NODE, **dead_identity().as_record()})
     leftover = subprocess.Popen(["sleep", "600"], env={**os.environ, "MXC_RUN_DIR": str(leftover_run)})
+    # A Slurm run whose record is not final: its job may still be queued or running.
+    slurm = make_run(mxc_home, "eeee", lost_bundle, "queued", final=False, backend="slurm")
     # A run whose record cannot be read (torn, or being written): its bundle is protected by its name.
     unreadable = mxc_home / "runs" / f"20200101-000000-dddd-{hidden_bundle[:8]}"
     unreadable.mkdir()
@@ -198,7 +200,8 @@ def test_gc_never_removes_a_live_run_nor_the_bundle_it_uses(mxc: Mxc, mxc_home: 
         assert names(data, "bundle") == set()  # live_bundle: a live run; lost_bundle: the leftover; hidden: by name
         out = mxc("gc", "--older-than", "1s", "--include-used-bundles", "--yes")
         assert out.returncode == 0, out.stderr
-        assert live.exists() and leftover_run.exists() and unreadable.exists() and not lost.exists()
+        assert live.exists() and leftover_run.exists() and unreadable.exists() and slurm.exists()
+        assert not lost.exists()
         for digest in (live_bundle, lost_bundle, hidden_bundle):
             assert (mxc_home / "bundles" / digest).exists()
         # Asked for by status, the unreadable run can go; its bundle then follows.
@@ -228,6 +231,25 @@ def test_rm_checks_every_name_before_removing_any(mxc: Mxc, mxc_home: Path) -> N
     assert {(r["kind"], r["name"]) for r in removed} == {("run", run.name), ("bundle", b)}
     assert not run.exists() and not (mxc_home / "bundles" / b).exists() and (mxc_home / "bundles" / a).exists()
     assert mxc("run", "--dry-run").returncode == 2  # last-build named b: gone with it
+
+
+def test_a_runs_checkpoints_outside_its_directory_go_with_it(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    """With `checkpoint.dir`, a run's output is <dir>/<run-id>: removing the run removes that too,
+    and nothing else in <dir>."""
+    digest = build(mxc)
+    shared = tmp_path / "shared-checkpoints"
+    run_id = f"20200101-000000-aaaa-{digest[:8]}"
+    outside = shared / run_id
+    (outside / "checkpoints" / "10").mkdir(parents=True)
+    (outside / "checkpoints" / "10" / "state").write_bytes(b"c" * 4000)
+    neighbour = shared / f"20200101-000000-bbbb-{digest[:8]}"
+    neighbour.mkdir()
+    run = make_run(mxc_home, "aaaa", digest, tensorboard=str(outside / "tensorboard" / run_id))
+    data = gc_json(mxc, "--status", "succeeded")
+    assert [i["paths"] for i in data["items"]] == [[str(run), str(outside)]] and data["bytes"] >= 5000
+    out = mxc("rm", run.name)
+    assert out.returncode == 0, out.stderr
+    assert not run.exists() and not outside.exists() and neighbour.exists()
 
 
 # ---- read-only trees

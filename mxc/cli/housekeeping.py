@@ -160,7 +160,7 @@ def _rm(args: argparse.Namespace) -> int:
                 raise UserError(f"bundle {bundles[0][:12]} is used by live run {user.run.run_id}",
                                 f"wait for it to end, or cancel it first: mxc cancel {user.run.run_id}")
             path = st.bundles / bundles[0]
-            items.append(gc.Item("bundle", bundles[0], (path,), 0.0, "named", gc.size_of([path])))
+            items.append(gc.Item("bundle", bundles[0], (path,), gc.mtime(path), "named", gc.size_of([path])))
         else:
             raise UserError(f"no run or bundle matches '{ref}'", "list them with: mxc runs, mxc ls")
     unique = list({(i.kind, i.name): i for i in items}.values())

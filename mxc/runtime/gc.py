@@ -91,7 +91,7 @@ class Item:
                 "bytes": self.size}
 
 
-def _mtime(path: Path) -> float:
+def mtime(path: Path) -> float:
     try:
         return os.lstat(path).st_mtime
     except OSError:
@@ -100,7 +100,7 @@ def _mtime(path: Path) -> float:
 
 def run_state(run: RunDir) -> RunState:
     """A run's status and liveness from its record, without asking a scheduler (a read)."""
-    when = _mtime(run.path)
+    when = mtime(run.path)
     try:
         record = RunRecord.load(run.record)
     except (OSError, ValueError):
@@ -185,14 +185,14 @@ class Inventory:
 
         states = [run_state(r) for r in runs_mod.all_runs(home)]
         store = Store(home)
-        bundles = {h: _mtime(store.bundles / h) for h in store.hashes()}
+        bundles = {h: mtime(store.bundles / h) for h in store.hashes()}
         for s in states:
             if s.bundle in bundles:
                 bundles[s.bundle] = max(bundles[s.bundle], s.when)
         pins = {h: _pins(store.bundles / h) for h in bundles}
         code_root = home / "code"
-        code = {p.name: _mtime(p) for p in _entries(code_root) if _COMMIT.match(p.name) and p.is_dir()}
-        images = {p.name: _mtime(p) for p in _entries(home / "images")
+        code = {p.name: mtime(p) for p in _entries(code_root) if _COMMIT.match(p.name) and p.is_dir()}
+        images = {p.name: mtime(p) for p in _entries(home / "images")
                   if p.name.endswith(".sif") and not p.name.startswith(".") and p.is_file()}
         return cls(home, states, bundles, pins, code, images)
 
