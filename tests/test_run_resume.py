@@ -126,6 +126,13 @@ def test_resume_from_a_step_continues_there_in_a_new_run(home: ScratchHome, bund
     assert rows[second.name]["resumed_from"]["run"] == first.name
 
 
+def test_a_rerun_of_a_resumed_run_resumes_from_the_same_checkpoint(home: ScratchHome, first: Path) -> None:
+    resumed = [r for r in home.json("runs") if r["resumed_from"]]
+    assert resumed, "test_resume_from_a_step_continues_there_in_a_new_run runs first"
+    plan = home.json("rerun", resumed[0]["run_id"], "--dry-run")
+    assert any(f"resumes from run {first.name} at step 10" in note for note in plan["notes"])
+
+
 def test_resume_from_a_run_takes_its_newest_checkpoint(home: ScratchHome, first: Path) -> None:
     plan = home.json("run", "--dry-run", "--resume-from", first.name)
     assert any(f"resumes from run {first.name} at step {STEPS - 1}" in note for note in plan["notes"])
@@ -146,6 +153,10 @@ def test_resume_from_bad_references_is_refused(home: ScratchHome, first: Path) -
         no_checkpoints = home.build(REPO / "specs/tiny.yaml", (*BUILD_SETS, "checkpoint.period=0"))
         one_line_error(home.cli("run", no_checkpoints, "--resume-from", first.name),
                        f"bundle {no_checkpoints[:12]} has checkpointing off")
+        gone = {"run": first.name, "step": 12, "path": str(first / "output" / first.name / "checkpoints" / "12")}
+        (empty / "record.json").write_text(json.dumps({**record_of(first), "run_id": empty.name, "resumed_from": gone}))
+        one_line_error(home.cli("rerun", empty.name), f"run {empty.name} started from run {first.name}'s checkpoint "
+                       "at step 12, which is gone", "mxc run --resume-from")
         assert home.runs() == before | {empty}  # nothing started, nothing written
     finally:
         (empty / "record.json").unlink()

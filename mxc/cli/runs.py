@@ -95,6 +95,11 @@ def _rerun(args: argparse.Namespace) -> int:
             print(f"mxc: bundle {bundle.hash[:12]} has no earlier run to compare with; running it", file=sys.stderr)
         return _launch(args, bundle, rerun_of=None)
     old = runs.load(ref.run)
+    resume = None
+    if old.resumed_from:  # the same start too: a rerun of a resumed run resumes from the same checkpoint
+        from mxc.runtime import resume as resuming
+
+        resume = resuming.recorded(old.run_id, old.resumed_from)
     native = contract.container.kind == "native"
     host = hostfacts.collect(training_python(contract) if native else None)
     pinned = old.code if contract.code.repo else None  # the bundle pins the commit; its export is verified at start
@@ -116,7 +121,7 @@ def _rerun(args: argparse.Namespace) -> int:
               "results may differ (--strict refuses)", file=sys.stderr)
     elif not args.quiet:
         print(f"mxc: no drift from run {old.run_id}", file=sys.stderr)
-    return _launch(args, bundle, rerun_of=old.run_id)
+    return _launch(args, bundle, rerun_of=old.run_id, resume_from=resume)
 
 
 def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, resume_from: Any = None) -> int:

@@ -80,6 +80,18 @@ def find(home: Path, text: str) -> ResumePoint:
     return ResumePoint(run.run_id, step, directory / str(step))
 
 
+def recorded(run_id: str, resumed_from: dict[str, Any]) -> ResumePoint:
+    """The checkpoint a resumed run started from (its record's ``resumed_from``), for ``mxc rerun``:
+    refused when it is no longer there, since the rerun would then start at step 0."""
+    source, step, path = resumed_from.get("run"), resumed_from.get("step"), resumed_from.get("path")
+    if not (isinstance(source, str) and type(step) is int and isinstance(path, str)):
+        raise UserError(f"run {run_id}: its record's resumed_from is not {{run, step, path}}: {resumed_from!r:.200}")
+    if not checkpoints.is_finished(Path(path)):
+        raise UserError(f"run {run_id} started from run {source}'s checkpoint at step {step}, which is gone ({path})",
+                        "a rerun cannot start where it did; start a new run: mxc run --resume-from RUN[@STEP]")
+    return ResumePoint(source, step, Path(path))
+
+
 def check_bundle(point: ResumePoint, contract: RunContract, bundle: str) -> None:
     """A bundle with checkpointing off would ignore the seeded checkpoint and start at step 0."""
     if not contract.checkpoint.period:
