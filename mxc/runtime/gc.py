@@ -177,7 +177,8 @@ class Inventory:
     bundles: dict[str, float]  # hash -> last use (built or last run started)
     bundle_pins: dict[str, tuple[str | None, str | None]]  # hash -> (code commit, image digest or .sif name)
     code: dict[str, float]  # commit -> export time
-    images: dict[str, float]  # file name in $MXC_HOME/images -> mtime
+    images: dict[str, float]  # file name in the image cache -> mtime
+    images_dir: Path = Path()
 
     @classmethod
     def scan(cls, home: Path) -> Inventory:
@@ -192,9 +193,16 @@ class Inventory:
         pins = {h: _pins(store.bundles / h) for h in bundles}
         code_root = home / "code"
         code = {p.name: mtime(p) for p in _entries(code_root) if _COMMIT.match(p.name) and p.is_dir()}
-        images = {p.name: mtime(p) for p in _entries(home / "images")
+        images_dir = image_cache(home)
+        images = {p.name: mtime(p) for p in _entries(images_dir)
                   if p.name.endswith(".sif") and not p.name.startswith(".") and p.is_file()}
-        return cls(home, states, bundles, pins, code, images)
+        return cls(home, states, bundles, pins, code, images, images_dir)
+
+
+def image_cache(home: Path) -> Path:
+    """Where runs keep fetched images: ``$MXC_IMAGE_CACHE``, else ``$MXC_HOME/images`` (as the node program)."""
+    configured = os.environ.get("MXC_IMAGE_CACHE")
+    return Path(configured) if configured else home / "images"
 
 
 def _entries(directory: Path) -> list[Path]:
@@ -264,7 +272,7 @@ def plan(inv: Inventory, policy: Policy, now: float) -> list[Item]:
     for name, when in sorted(inv.images.items()):
         if any(img in name for img in kept_images) or (cutoff is not None and when >= cutoff):
             continue
-        path = inv.home / "images" / name
+        path = inv.images_dir / name
         items.append(Item("image", name, (path,), when, f"no kept bundle uses it, fetched {_ago(now - when)} ago",
                           size_of([path])))
     return items
