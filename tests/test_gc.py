@@ -261,7 +261,8 @@ def test_read_only_bundle_defeats_rm_rf_but_not_mxc(mxc: Mxc, mxc_home: Path, tm
     digest = build(mxc)
     stored = mxc_home / "bundles" / digest
     assert [d for d in [stored, *stored.rglob("*")] if d.is_dir() and os.stat(d).st_mode & 0o222]  == []
-    place = Path(os.environ.get("TMPDIR", "/tmp")) / f"mxc-gc-test-{os.getpid()}"
+    # As root, somewhere nobody can reach (/tmp itself, not a private temporary directory).
+    place = (Path("/tmp") if os.geteuid() == 0 else tmp_path) / f"mxc-gc-test-{os.getpid()}"
     place.mkdir(mode=0o755)
     try:
         copies = [place / "plain", place / "mxc"]
