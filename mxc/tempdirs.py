@@ -45,15 +45,36 @@ def remove(path: Path) -> None:
     if not stat.S_ISDIR(os.lstat(path).st_mode):
         path.unlink()
         return
+    os.chmod(path, 0o700)  # first: a directory without read or write permission can be neither listed nor emptied
     for dirpath, dirnames, _ in os.walk(path):
         for name in dirnames:
             inner = os.path.join(dirpath, name)
             if not os.path.islink(inner):
                 os.chmod(inner, 0o700)
-    os.chmod(path, 0o700)
     import shutil
 
     shutil.rmtree(path)
+
+
+def discard(path: Path) -> None:
+    """Remove ``path`` (a bundle, run or code export, possibly a read-only tree) as a whole: renamed
+    to a temporary name beside it first, so a reader finds it complete or not at all, then deleted.
+    A removal cut short leaves a temporary directory that ``sweep`` removes later.
+
+    The rename replaces the empty directory ``make`` created, in the same parent: moving a directory
+    into another one needs write permission on it (its ``..`` changes), which a read-only bundle does
+    not give even its owner."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        path.unlink()
+        return
+    aside = make(path.parent)
+    try:
+        os.rename(path, aside)
+    except OSError:
+        os.rmdir(aside)
+        raise
+    with contextlib.suppress(FileNotFoundError):  # a concurrent sweep may finish it first
+        remove(aside)
 
 
 def sweep(parent: Path) -> list[str]:

@@ -15,7 +15,8 @@ from mxc import __version__
 
 # One module per group of commands; each has register(subparsers).
 COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.watch", "mxc.cli.lock",
-                   "mxc.cli.check", "mxc.cli.triage", "mxc.cli.observe", "mxc.cli.completion")
+                   "mxc.cli.check", "mxc.cli.triage", "mxc.cli.observe", "mxc.cli.completion",
+                   "mxc.cli.housekeeping")
 
 DESCRIPTION = """\
 Compile MaxText training job specs into immutable, hash-addressed bundles, and run them.
@@ -43,6 +44,8 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc compare RUN-A RUN-B       spec diff, environment drift, first diverging step, step-time ratio
   mxc notify test               send a test alert to the spec's webhook (Slack, Mattermost, Telegram)
   mxc completion bash|zsh|fish  a shell completion script (commands, options, run ids, bundle prefixes)
+  mxc gc --older-than 30d       what old runs, bundles, code and images would go (--yes removes them)
+  mxc rm RUN|BUNDLE...          remove named runs and bundles (never a live run)
 
 Exit codes: 0 success, 1 a check found a difference or a problem, 2 bad input.
 """

@@ -29,6 +29,10 @@ def register(sub: Any) -> None:
                    help="local runs: print the run id and return at once; the run goes on without this terminal "
                         "(follow: mxc logs RUN -f; stop: mxc cancel RUN)")
     p.add_argument("--as-run-id", help=argparse.SUPPRESS)  # the run id a detached run's parent chose
+    p.add_argument("--as-rerun-of", help=argparse.SUPPRESS)  # the run a detached rerun's parent reruns
+    p.add_argument("--resume-from", metavar="RUN[@STEP]",
+                   help="start from another run's checkpoint (its newest, or the one at STEP); a new run of this "
+                        "bundle, recorded with resumed_from. Example: mxc run --resume-from 20260101-1200@20")
 
     p = add_command(sub, "rerun", "run a recorded run's bundle again, exactly, after checking this machine for drift",
                     "mxc rerun 20260101-120000-ab12-3f9a0c1d\nmxc rerun 3f9a --strict", _rerun)
@@ -86,7 +90,20 @@ def _run(args: argparse.Namespace) -> int:
         refs.check_label(name)
     st = store()
     bundle = st.get(args.bundle) if args.bundle else st.last()
-    return _launch(args, bundle, rerun_of=None, named=bool(args.bundle))
+    resume = None
+    if args.resume_from:
+        from mxc.runtime import resume as resuming
+        from mxc.runtime.contract import load as load_contract
+
+        resume = resuming.find(st.home, args.resume_from)
+        st.require_intact(bundle)
+        resuming.check_bundle(resume, load_contract(bundle), bundle.hash)
+    rerun_of = args.as_rerun_of
+    if rerun_of is not None:  # a detached rerun's parent named it: an existing run
+        from mxc.runtime import runs
+
+        rerun_of = runs.find_run(st.home, rerun_of).run_id
+    return _launch(args, bundle, rerun_of=rerun_of, named=bool(args.bundle), resume_from=resume)
 
 
 def _rerun(args: argparse.Namespace) -> int:
@@ -113,6 +130,11 @@ def _rerun(args: argparse.Namespace) -> int:
             print(f"mxc: bundle {bundle.hash[:12]} has no earlier run to compare with; running it", file=sys.stderr)
         return _launch(args, bundle, rerun_of=None)
     old = runs.load(ref.run)
+    resume = None
+    if old.resumed_from:  # the same start too: a rerun of a resumed run resumes from the same checkpoint
+        from mxc.runtime import resume as resuming
+
+        resume = resuming.recorded(old.run_id, old.resumed_from)
     native = contract.container.kind == "native"
     host = hostfacts.collect(training_python(contract) if native else None)
     pinned = old.code if contract.code.repo else None  # the bundle pins the commit; its export is verified at start
@@ -134,10 +156,11 @@ def _rerun(args: argparse.Namespace) -> int:
               "results may differ (--strict refuses)", file=sys.stderr)
     elif not args.quiet:
         print(f"mxc: no drift from run {old.run_id}", file=sys.stderr)
-    return _launch(args, bundle, rerun_of=old.run_id)
+    return _launch(args, bundle, rerun_of=old.run_id, resume_from=resume)
 
 
-def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: bool = True) -> int:
+def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: bool = True,
+            resume_from: Any = None) -> int:
     from mxc.runtime.backends import RunRequest, exit_code, get_backend
 
     st = store()
@@ -146,8 +169,12 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
 
     backend = get_backend("local" if args.local else load_contract(bundle).backend)
     request = RunRequest(home=st.home, bundle=bundle, spec=bundle.spec(), rerun_of=rerun_of, quiet=args.quiet or args.json,
-                         run_id=getattr(args, "as_run_id", None), labels=tuple(dict.fromkeys(args.labels)))
+                         run_id=getattr(args, "as_run_id", None), labels=tuple(dict.fromkeys(args.labels)),
+                         resume_from=resume_from)
     plan = backend.plan(request)
+    if resume_from is not None:
+        plan.notes.append(f"resumes from run {resume_from.run} at step {resume_from.step}: its checkpoint "
+                          f"{resume_from.path} is seeded into this run's checkpoints first")
     if args.dry_run:
         if args.json:
             print_json(plan.as_dict())
@@ -162,7 +189,7 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
             print("mxc: not submitted", file=sys.stderr)
             return 1
     if getattr(args, "detach", False) and backend.name == "local":  # Slurm submissions return at once anyway
-        return _detach(args, bundle, plan)
+        return _detach(args, bundle, plan, rerun_of, resume_from)
     if not request.quiet:
         print(f"mxc: run {plan.run_dir.run_id}: bundle {bundle.hash[:12]} ({request.spec_name}) on {backend.name}",
               file=sys.stderr)
@@ -177,13 +204,20 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
     return exit_code(record)
 
 
-def _detach(args: argparse.Namespace, bundle: Any, plan: Any) -> int:
-    """Start the run as its own `mxc run` in a session of its own (mxc/runtime/local/detach.py)."""
+def _detach(args: argparse.Namespace, bundle: Any, plan: Any, rerun_of: str | None, resume_from: Any) -> int:
+    """Start the run as its own `mxc run` in a session of its own (mxc/runtime/local/detach.py), with
+    everything that shapes its record: labels, the run it reruns, the checkpoint it resumes from."""
     from mxc.runtime import runs
     from mxc.runtime.local import detach
 
     run = plan.run_dir
     argv = [sys.executable, "-m", "mxc", "run", bundle.hash, "--as-run-id", run.run_id, *(["--local"] if args.local else [])]
+    for label in dict.fromkeys(args.labels):
+        argv += ["--label", label]
+    if rerun_of is not None:
+        argv += ["--as-rerun-of", rerun_of]
+    if resume_from is not None:
+        argv += ["--resume-from", f"{resume_from.run}@{resume_from.step}"]
     code, pid = detach.start(run, argv)
     if code is not None:
         return code
@@ -240,7 +274,8 @@ def _runs(args: argparse.Namespace) -> int:
             "status": runs.shown_status(record), "backend": record.backend, "steps": steps, "last_loss": loss,
             "restarts": record.restarts, "started": record.started, "ended": record.ended,
             "duration_s": runs.duration_seconds(record, now), "exit_code": record.exit_code,
-            "rerun_of": record.rerun_of, "labels": record.labels, "path": str(run.path),
+            "rerun_of": record.rerun_of, "resumed_from": record.resumed_from, "labels": record.labels,
+            "path": str(run.path),
             "time_to_first_step_s": record.time_to_first_step_s, "compile_s": record.compile_s,
         })
     if args.json:

@@ -28,6 +28,7 @@ from mxc.runtime.contract import load as load_contract
 from mxc.runtime.hooks import Launcher, RunObserver
 from mxc.runtime.provenance import environment
 from mxc.runtime.record import RunRecord
+from mxc.runtime.resume import ResumePoint
 from mxc.runtime.rundir import RunDir, is_run_id, new_run_id
 from mxc.store import StoredBundle
 
@@ -54,6 +55,7 @@ class RunRequest:
     observers: Sequence[RunObserver] = ()
     launcher: Launcher | None = None
     run_id: str | None = None  # chosen by the caller (a detached run's parent); else a fresh one
+    resume_from: ResumePoint | None = None  # mxc run --resume-from: seeded into the new run's checkpoints
 
     @property
     def contract(self) -> RunContract:
@@ -123,7 +125,9 @@ def get_backend(name: str) -> Backend:
 
 def allocate_run_dir(request: RunRequest) -> RunDir:
     """A fresh, unused run directory path (not created: planning writes nothing)."""
-    runs = request.home / "runs"
+    from mxc.runtime.runs import runs_root
+
+    runs = runs_root(request.home)
     if request.run_id is not None:
         if not is_run_id(request.run_id) or not request.run_id.endswith(request.bundle.hash[:8]):
             raise UserError(f"'{request.run_id[:80]}' is not a run id of bundle {request.bundle.hash[:12]}")
@@ -134,6 +138,17 @@ def allocate_run_dir(request: RunRequest) -> RunDir:
         run = RunDir(runs / new_run_id(request.bundle.hash))
         if not run.path.exists():
             return run
+
+
+def image_cache_env(home: Path) -> dict[str, str]:
+    """``MXC_IMAGE_CACHE`` when runs live outside ``$MXC_HOME`` (``MXC_RUNS_DIR``): the node program
+    otherwise finds the image cache beside the runs directory, which is ``$MXC_HOME/images`` only when
+    runs are in ``$MXC_HOME/runs``. A cache the caller chose (``MXC_IMAGE_CACHE``) is left alone."""
+    from mxc.runtime.runs import runs_root
+
+    if os.environ.get("MXC_IMAGE_CACHE") or runs_root(home) == home / "runs":
+        return {}
+    return {"MXC_IMAGE_CACHE": str(home / "images")}
 
 
 def create_run_dir(run: RunDir, record: RunRecord) -> None:
@@ -149,6 +164,22 @@ def create_run_dir(run: RunDir, record: RunRecord) -> None:
         with contextlib.suppress(OSError):
             tempdirs.remove(run.path)
         raise cannot_write(f"the record of run {run.run_id} in {run.path.parent}", exc) from None
+
+
+def seed_checkpoint(request: RunRequest, run: RunDir) -> None:
+    """Before the first attempt of a ``--resume-from`` run: the source checkpoint in its own
+    checkpoint directory, where MaxText restores from (``mxc.runtime.resume``)."""
+    if request.resume_from is None:
+        return
+    from mxc.node import layout
+    from mxc.runtime.resume import seed
+
+    target = layout.checkpoints(run.path, request.contract.checkpoint.dir)
+    how = seed(request.resume_from, target)
+    if not request.quiet:
+        point = request.resume_from
+        print(f"mxc: resuming from run {point.run} at step {point.step}: checkpoint {how} into {target}",
+              file=sys.stderr)
 
 
 def training_python(contract: RunContract) -> str:

@@ -86,6 +86,7 @@ class RunRecord(BaseModel):
     observability: dict[str, Any] | None = None
     rerun_of: str | None = None
     labels: list[str] = Field(default_factory=list)  # mxc run --label: names for `label:NAME` references
+    resumed_from: dict[str, Any] | None = None  # mxc run --resume-from: {run, step, path} of the checkpoint it started from
     tensorboard: str | None = None  # directory of MaxText's TensorBoard event files
     supervisor: dict[str, Any] | None = None  # pid and host of the local process that writes this record
     time_to_first_step_s: float | None = None  # from `started` to the first step line (local runs)

@@ -32,7 +32,17 @@ class RunRef:
     run: RunDir | None = None
 
 
+RUNS_DIR_VARIABLE = "MXC_RUNS_DIR"
+
+
 def runs_root(home: Path) -> Path:
+    """Where run directories (and, by default, their checkpoints) live: ``$MXC_RUNS_DIR``, else
+    ``$MXC_HOME/runs``. A cluster's home is small and slow; ``MXC_RUNS_DIR=$SCRATCH/mxc-runs`` moves
+    every run (logs, metrics, checkpoints) there while bundles and records of builds stay in the home.
+    Made absolute here: the path is handed to the node program, which runs from another directory."""
+    configured = os.environ.get(RUNS_DIR_VARIABLE)
+    if configured:
+        return Path(os.path.abspath(os.path.expanduser(configured)))
     return home / "runs"
 
 

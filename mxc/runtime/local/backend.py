@@ -21,7 +21,9 @@ from mxc.runtime.backends import (
     allocate_run_dir,
     create_run_dir,
     extensions,
+    image_cache_env,
     recorded_environment,
+    seed_checkpoint,
     training_python,
 )
 from mxc.runtime.local.deathwatch import DeathWatch
@@ -54,6 +56,7 @@ class LocalBackend:
             "MXC_BUNDLE_DIR": str(request.bundle.path),
             "MXC_ATTEMPT": "0",
             "MXC_JAX_CACHE": os.environ.get("MXC_JAX_CACHE") or str(request.home / "cache" / "jax"),
+            **image_cache_env(request.home),
         }
         notes = []
         if contract.container.kind == "native":
@@ -90,6 +93,7 @@ class LocalBackend:
             run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend="local",
             status="starting", started=now_iso(), command=plan.command, environment=recorded_environment(env, request.spec),
             code=hostfacts.code_facts(contract, {}, code), rerun_of=request.rerun_of, labels=list(request.labels),
+            resumed_from=request.resume_from.as_record() if request.resume_from else None,
             image=hostfacts.image_facts(contract, {}, hostfacts.lockfile_digest(request.bundle.path)),
         )
         # Who writes this record, as an identity (pid + start time + boot id), not a bare pid:
@@ -101,6 +105,7 @@ class LocalBackend:
 
         watch = DeathWatch.start(run.path)  # if this process is SIGKILLed, the run's processes go too
         try:
+            seed_checkpoint(request, run)
             return self._supervise(request, plan, record, env, code, progress)
         except BaseException as exc:  # the supervisor closes its own record; this covers the set-up before it
             if not record.final:

@@ -138,7 +138,7 @@ class Supervisor:
         attempt = Attempt(number=number, started=now_iso(), resumed_from_step=resume)
         self.record.attempts.append(attempt)
         self._save()
-        how = f"resuming from checkpoint {resume}" if resume is not None and number else "fresh start"
+        how = f"resuming from checkpoint {resume}" if resume is not None else "fresh start"
         self._log_line(f"[mxc] attempt {number}: start ({how}) at {attempt.started}")
         if self.progress:
             self.progress.set_status("starting" if number == 0 else f"restarting from checkpoint {resume}", number)

@@ -34,7 +34,16 @@ from typing import Any
 from mxc.compiler.secretscan import redact_secrets
 from mxc.errors import UserError, cannot_write
 from mxc.node.contract import RunContract
-from mxc.runtime.backends import DEFAULT_PYTHON, Plan, RunRequest, allocate_run_dir, create_run_dir, recorded_environment
+from mxc.runtime.backends import (
+    DEFAULT_PYTHON,
+    Plan,
+    RunRequest,
+    allocate_run_dir,
+    create_run_dir,
+    image_cache_env,
+    recorded_environment,
+    seed_checkpoint,
+)
 from mxc.runtime.metrics_merge import write_merged
 from mxc.runtime.provenance import hostfacts
 from mxc.runtime.provenance.environment import scrubbed
@@ -88,6 +97,7 @@ def job_exports(request: RunRequest, run: RunDir, resubmits: int = 0) -> dict[st
         "MXC_RUN_ID": run.run_id,
         "MXC_RESUBMITS": str(resubmits),
         "MXC_JAX_CACHE": os.environ.get("MXC_JAX_CACHE") or str(request.home / "cache" / "jax"),
+        **image_cache_env(request.home),
     }
     if contract.container.kind == "native":
         python = node_python(contract)
@@ -150,12 +160,14 @@ class SlurmBackend:
             code=pinned.as_record() if pinned else hostfacts.code_facts(contract, {}, None),
             image=hostfacts.image_facts(contract, {}),
             rerun_of=request.rerun_of, labels=list(request.labels),
+            resumed_from=request.resume_from.as_record() if request.resume_from else None,
             slurm={"jobs": [], "exports": scrubbed(exports), "partition": contract.slurm.partition,
                    "restart_max": contract.restart.max},
         )
         record.tensorboard = str(run.tensorboard() / run.run_id)
         create_run_dir(run, record)  # before submitting: a job never runs without its run directory and record
         try:
+            seed_checkpoint(request, run)
             job_id = slurm_query.submit(plan.command)
         except BaseException:
             import shutil
