@@ -161,7 +161,7 @@ def test_node_program_dumps_its_nodes_trainers(stuck: tuple[subprocess.Popen[str
     done = subprocess.run([sys.executable, "-E", "-s", "-B", str(node_main), "stacks", str(run), str(out)],
                           env={**os.environ, "SLURMD_NODENAME": "node2"}, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "node node2: 1 process(es) of 1 rank(s)" in done.stderr
+    assert done.stdout == "mxc_node stacks: node node2: 1 process(es) of 1 rank(s)\n" and done.stderr == ""
     [entry] = json.loads((out / "node-node2.json").read_text())
     assert entry == {"rank": 1, "node": "node2", "attempt": 0, "pid": child.pid, "file": f"rank-1-pid{child.pid}.txt",
                      "method": entry["method"], "ok": True}

@@ -103,3 +103,57 @@ def test_help_has_an_example(mxc: Mxc) -> None:
     out = mxc("stacks", "--help")
     assert out.returncode == 0 and "example:\n  mxc stacks " in out.stdout and "--json" in out.stdout
     assert "mxc stacks [RUN-ID]" in mxc("--help").stdout
+
+
+FAKE_SQUEUE = """#!/bin/bash
+while [ $# -gt 0 ]; do [ "$1" = -j ] && job=$2; shift; done
+echo "$job|RUNNING|None|node[1-2]|debug|0|0:0|2099-01-01T00:00:00|2099-01-01T01:00:00|node1|0:00|"
+"""
+# Only node1 answers: it runs the command it was given as that node; node2's task fails.
+FAKE_SRUN = """#!/bin/bash
+printf '%s\\n' "$@" > "${0%/*}/srun.argv"
+while [ "${1#-}" != "$1" ]; do shift; done
+SLURMD_NODENAME=node1 "$@" || exit 9
+echo "srun: error: node2: task 1: Exited with exit code 1" >&2
+exit 1
+"""
+
+
+def test_slurm_nodes_that_do_not_answer_are_reported(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    """srun and squeue are stand-ins: the node program really runs (as node1) on a real stuck process."""
+    import subprocess
+    import sys
+
+    from mxc.node import livestacks, stacks
+
+    bundle = mxc("build", "-q", str(REPO / "specs/tiny.yaml"), "--set", "runtime.backend=slurm",
+                 "--set", "resources.nodes=2").stdout.strip()
+    run = _fake_run(mxc_home, f"20990101-000000-aaaa-{bundle[:8]}", bundle=bundle, backend="slurm",
+                    slurm={"job_id": "303", "jobs": [{"job_id": "303", "resubmits": 0}]})
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("squeue", FAKE_SQUEUE), ("srun", FAKE_SRUN)):
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    child = subprocess.Popen([sys.executable, "-c", "import time\ndef waits_here():\n  time.sleep(3600)\nwaits_here()"])
+    try:
+        livestacks.record_trainer(run, 0, "node1", 0, child.pid, [], stacks.find_py_spy())
+        livestacks.record_trainer(run, 1, "node2", 0, child.pid, [], stacks.find_py_spy())
+        path = f"{fake}{os.pathsep}{os.environ['PATH']}"
+        out = mxc("stacks", run.name, "--json", env={"PATH": path, "MXC_NODE_PYTHON": sys.executable})
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+    assert out.returncode == 1, out.stderr
+    argv = (fake / "srun.argv").read_text().splitlines()
+    assert argv[:6] == ["--jobid=303", "--overlap", "--ntasks-per-node=1", "--nodes=2", "--ntasks=2", "--export=ALL"]
+    assert argv[6:] == [sys.executable, "-E", "-s", "-B", str(mxc_home / "bundles" / bundle / "mxc_node" / "__main__.py"),
+                        "stacks", str(run), argv[-1]]
+    shown = json.loads(out.stdout)
+    [entry] = shown["dumps"]  # node1's rank only: rank 1 lives on node2, which did not answer
+    assert entry["rank"] == 0 and entry["node"] == "node1" and entry["pid"] == child.pid and entry["ok"]
+    assert "waits_here" in Path(entry["file"]).read_text()
+    assert shown["problems"] == ["1 of 2 node(s) answered (srun: srun: error: node2: task 1: Exited with exit code 1)"]
+    assert json.loads(Path(shown["index"]).read_text())["problems"] == shown["problems"]
+    assert [p.name for p in (run / "stacks").iterdir()] == [Path(shown["directory"]).name]  # no temporary left

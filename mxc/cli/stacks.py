@@ -35,6 +35,7 @@ def _stacks(args: argparse.Namespace) -> int:
         from mxc.runtime.contract import load as load_contract
 
         bundle = st.get(record.bundle)
+        st.require_intact(bundle)  # its node program is about to run on every node of the job
         bundle_dir, nodes = bundle.path, load_contract(bundle).nodes
     dump = livestacks.take(run, bundle_dir, nodes)
     if args.json:
@@ -46,6 +47,8 @@ def _stacks(args: argparse.Namespace) -> int:
         print(f"==> rank {entry['rank']}{where}, pid {entry['pid']}, attempt {entry.get('attempt')} "
               f"({entry['method']}{'' if entry['ok'] else ', failed'}) <==")
         print(text.rstrip("\n"), end="\n\n")
+    for problem in dump.problems:
+        print(f"mxc: warning: {problem}", file=sys.stderr)
     ranks = len({e["rank"] for e in dump.entries})
     print(f"mxc: {len(dump.entries)} process(es) of {ranks} rank(s): {dump.directory}", file=sys.stderr)
     return 0 if dump.ok else 1

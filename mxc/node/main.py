@@ -57,5 +57,5 @@ def stacks(run: Path, out_dir: Path) -> int:
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]  # as the rank names its node
     entries = livestacks.dump_node(run, out_dir, node)
     print(f"mxc_node stacks: node {node}: {len(entries)} process(es) of "
-          f"{len({e['rank'] for e in entries})} rank(s)", file=sys.stderr, flush=True)
+          f"{len({e['rank'] for e in entries})} rank(s)", flush=True)  # stdout: srun's stderr is for errors
     return 0

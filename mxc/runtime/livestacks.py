@@ -38,14 +38,16 @@ class Dump:
     run_id: str
     directory: Path
     entries: list[dict[str, Any]]  # rank, node, attempt, pid, file (in directory), method, ok
+    problems: list[str]  # what is missing: nodes that did not answer
 
     @property
     def ok(self) -> bool:
-        return all(e.get("ok") for e in self.entries)
+        return not self.problems and all(e.get("ok") for e in self.entries)
 
     def as_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "directory": str(self.directory), "index": str(self.directory / INDEX),
-                "dumps": [{**e, "file": str(self.directory / e["file"])} for e in self.entries]}
+                "dumps": [{**e, "file": str(self.directory / e["file"])} for e in self.entries],
+                "problems": self.problems}
 
 
 def saved_hang_stacks(run: RunDir) -> list[Path]:
@@ -78,24 +80,28 @@ def take(run: RunDir, bundle_dir: Path | None, nodes: int) -> Dump:
     final = run.stacks / stamp
     tmp = run.stacks / f".{stamp}.{os.getpid()}.tmp"
     tmp.mkdir(parents=True)
+    problems: list[str] = []
     try:
         if record.backend == "local":
             entries = node_stacks.dump_node(run.path, tmp)
         else:
             assert bundle_dir is not None
-            entries = _dump_job(run, tmp, job_id, bundle_dir, nodes)
+            entries = _dump_job(run, tmp, job_id, bundle_dir, nodes, problems)
         if not entries:
             raise UserError(f"run {run.run_id} is live but no trainer process runs now (it is starting, or between "
                             "attempts)", "try again in a moment", code=1)
-        index = {"run_id": run.run_id, "time": stamp, "backend": record.backend, "dumps": entries}
+        index: dict[str, Any] = {"run_id": run.run_id, "time": stamp, "backend": record.backend, "dumps": entries,
+                                 "problems": problems}
         if record.backend == "slurm":
             index["job_id"] = job_id
         (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+        if final.exists():  # another dump in the same millisecond
+            final = final.with_name(f"{stamp}-{os.getpid()}")
         os.rename(tmp, final)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return Dump(run.run_id, final, entries)
+    return Dump(run.run_id, final, entries, problems)
 
 
 def _require_live_local(run: RunDir, record: RunRecord) -> None:
@@ -117,8 +123,10 @@ def _require_live_job(run: RunDir, record: RunRecord) -> str:
     return job_id
 
 
-def _dump_job(run: RunDir, out_dir: Path, job_id: str, bundle_dir: Path, nodes: int) -> list[dict[str, Any]]:
-    """Every node of the job dumps its trainers into ``out_dir`` (shared file system); their lists, merged."""
+def _dump_job(run: RunDir, out_dir: Path, job_id: str, bundle_dir: Path, nodes: int,
+              problems: list[str]) -> list[dict[str, Any]]:
+    """Every node of the job dumps its trainers into ``out_dir`` (shared file system); their lists, merged.
+    Nodes that did not answer are added to ``problems`` (what the others wrote is kept)."""
     if shutil.which("srun") is None:
         raise UserError("srun is not on PATH", "run `mxc stacks` where Slurm's commands are (the login node)", code=1)
     python = os.environ.get("MXC_NODE_PYTHON") or "python3"  # as job.sbatch and entrypoint.sh run the node program
@@ -131,9 +139,11 @@ def _dump_job(run: RunDir, out_dir: Path, job_id: str, bundle_dir: Path, nodes: 
     except subprocess.TimeoutExpired:
         raise UserError(f"srun on job {job_id}'s nodes did not finish within {SRUN_TIMEOUT_S:.0f}s", code=1) from None
     lists = sorted(out_dir.glob("node-*.json"))
+    said = " ".join(done.stderr.split())[-400:] or f"exit {done.returncode}"
     if done.returncode != 0 and not lists:
-        said = " ".join(done.stderr.split())[-400:] or f"exit {done.returncode}"
         raise UserError(f"srun --jobid={job_id} --overlap could not run on the job's nodes: {said}", code=1)
+    if done.returncode != 0 or len(lists) < nodes:
+        problems.append(f"{len(lists)} of {nodes} node(s) answered (srun: {said})")
     entries: list[dict[str, Any]] = []
     for path in lists:
         data = json.loads(path.read_text(encoding="utf-8"))
