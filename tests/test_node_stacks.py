@@ -3,6 +3,7 @@ py-spy or, without it, faulthandler, from real processes stuck in a known functi
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mxc.node import stacks
+from mxc.node import livestacks, stacks
 
 STUCK = '''
 import sys, threading, time
@@ -112,3 +113,59 @@ def test_a_process_that_has_exited(tmp_path: Path) -> None:
         child.wait()
     assert not dump.ok and dump.method == "faulthandler"
     assert dump.path.read_text() == f"# faulthandler (SIGABRT to {child.pid}); from the training log\n"
+
+
+# ---- on demand (mxc stacks): py-spy or nothing, never SIGABRT
+
+
+def test_on_demand_without_py_spy_never_signals(stuck: tuple[subprocess.Popen[str], Path], tmp_path: Path) -> None:
+    child, log = stuck
+    missing = tmp_path / "no-py-spy"
+    [dump] = stacks.dump_stacks([child.pid], tmp_path / "stacks", "rank-0", log=log, tool=str(missing),
+                                last_resort=False)
+    assert not dump.ok and dump.method == "py-spy" and "could not read" in dump.path.read_text()
+    [dump] = stacks.dump_stacks([child.pid], tmp_path / "stacks", "rank-0", log=log, tool=None, last_resort=False)
+    assert not dump.ok and dump.method == "none" and "py-spy is not installed" in dump.path.read_text()
+    assert child.poll() is None and "Fatal Python error" not in log.read_text()  # alive, never aborted
+
+
+def _record(run: Path, rank: int, node: str, pid: int, **changes: object) -> None:
+    livestacks.record_trainer(run, rank, node, 0, pid, [], stacks.find_py_spy())
+    if changes:
+        path = run / "ranks" / str(rank) / "trainer.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_live_trainers_by_identity_and_node(stuck: tuple[subprocess.Popen[str], Path], tmp_path: Path) -> None:
+    child, _ = stuck
+    run = tmp_path / "run"
+    _record(run, 0, "node1", child.pid)
+    _record(run, 1, "node2", child.pid)
+    _record(run, 2, "node1", child.pid, start_ticks=1)  # the pid now names another process: not the trainer
+    _record(run, 3, "node1", child.pid, boot_id="an-earlier-boot")
+    (run / "ranks" / "4").mkdir()  # a rank that never started its trainer
+    (run / "ranks" / "5").mkdir()
+    (run / "ranks" / "5" / "trainer.json").write_text("{not json")
+    assert [t["rank"] for t in livestacks.live_trainers(run)] == [0, 1]
+    assert [t["rank"] for t in livestacks.live_trainers(run, "node2")] == [1]
+    assert livestacks.live_trainers(run, "node3") == []
+
+
+def test_node_program_dumps_its_nodes_trainers(stuck: tuple[subprocess.Popen[str], Path], tmp_path: Path) -> None:
+    """``mxc_node stacks RUN OUT`` as srun starts it on each node: this node's ranks only, read by py-spy."""
+    child, log = stuck
+    run, out = tmp_path / "run", tmp_path / "run" / "stacks" / "now"
+    _record(run, 0, "node1", child.pid)
+    _record(run, 1, "node2", child.pid)
+    node_main = Path(stacks.__file__).with_name("__main__.py")
+    done = subprocess.run([sys.executable, "-E", "-s", "-B", str(node_main), "stacks", str(run), str(out)],
+                          env={**os.environ, "SLURMD_NODENAME": "node2"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "mxc_node stacks: node node2: 1 process(es) of 1 rank(s)\n" and done.stderr == ""
+    [entry] = json.loads((out / "node-node2.json").read_text())
+    assert entry == {"rank": 1, "node": "node2", "attempt": 0, "pid": child.pid, "file": f"rank-1-pid{child.pid}.txt",
+                     "method": entry["method"], "ok": True}
+    assert entry["method"] in ("py-spy --native", "py-spy")
+    assert "stuck_in_collective" in (out / entry["file"]).read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["node-node2.json", entry["file"]]
+    assert child.poll() is None and "Fatal Python error" not in log.read_text()

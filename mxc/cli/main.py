@@ -16,7 +16,7 @@ from mxc import __version__
 # One module per group of commands; each has register(subparsers).
 COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.watch", "mxc.cli.lock",
                    "mxc.cli.check", "mxc.cli.triage", "mxc.cli.observe", "mxc.cli.completion",
-                   "mxc.cli.housekeeping")
+                   "mxc.cli.housekeeping", "mxc.cli.stacks")
 
 DESCRIPTION = """\
 Compile MaxText training job specs into immutable, hash-addressed bundles, and run them.
@@ -40,6 +40,7 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc metrics RUN [--query Q]   a run's Prometheus TSDB, live or long after (observability on)
   mxc report RUN [RUN2...]      one HTML file: interactive plots, verdicts, spec diff, drift
   mxc dashboard RUN             Prometheus + TensorBoard on a run's data (127.0.0.1)
+  mxc stacks [RUN-ID]           every rank's Python/native stacks of a live run (py-spy), undisturbed
   mxc triage [RUN-ID]           why a run failed: cause, first failing rank and node, what to try
   mxc compare RUN-A RUN-B       spec diff, environment drift, first diverging step, step-time ratio
   mxc notify test               send a test alert to the spec's webhook (Slack, Mattermost, Telegram)

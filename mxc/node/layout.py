@@ -14,6 +14,7 @@ RESUBMIT_REQUEST = "resubmit.request"  # the batch side asks mxc to resubmit (no
 CANCEL_REQUEST = "cancel.request"  # mxc cancel: never resubmit
 RANK_EVENTS = "events.jsonl"
 PREFLIGHT = "preflight.json"
+TRAINER = "trainer.json"  # the rank's running trainer: pid, start time, node (mxc stacks finds it by this)
 
 
 def rank_dir(run: Path, rank: int) -> Path:
@@ -27,6 +28,10 @@ def rank_events(run: Path, rank: int) -> Path:
 
 def preflight_result(run: Path, rank: int) -> Path:
     return rank_dir(run, rank) / PREFLIGHT
+
+
+def trainer_record(run: Path, rank: int) -> Path:
+    return rank_dir(run, rank) / TRAINER
 
 
 def batch_events(run: Path) -> Path:

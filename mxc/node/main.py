@@ -1,5 +1,6 @@
 """The node program's commands: ``batch`` (job.sbatch), ``rank`` (entrypoint.sh), ``preflight RESULT``
-(the rank's preflight stage, in a child process)."""
+(the rank's preflight stage, in a child process), ``stacks RUN_DIR OUT_DIR`` (``mxc stacks`` through
+``srun --overlap`` on every node of a live job: this node's trainers' stacks, read with py-spy)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
-USAGE = "usage: mxc_node/__main__.py batch | rank | preflight RESULT.json"
+USAGE = "usage: mxc_node/__main__.py batch | rank | preflight RESULT.json | stacks RUN_DIR OUT_DIR"
 
 
 def main(argv: list[str]) -> int:
@@ -22,6 +23,8 @@ def main(argv: list[str]) -> int:
         return rank.main()
     if argv[:1] == ["preflight"] and len(argv) == 2:
         return preflight(Path(argv[1]))
+    if argv[:1] == ["stacks"] and len(argv) == 3:
+        return stacks(Path(argv[1]), Path(argv[2]))
     print(USAGE, file=sys.stderr)
     return 2
 
@@ -45,3 +48,14 @@ def preflight(result_path: Path) -> int:
     for failure in result.failures():
         print(f"preflight failed: {failure}", file=sys.stderr, flush=True)
     return 0 if result.passed else 3
+
+
+def stacks(run: Path, out_dir: Path) -> int:
+    """This node's live trainers' stacks into ``out_dir`` (and ``out_dir/node-<node>.json``); never disturbs them."""
+    from . import livestacks
+
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]  # as the rank names its node
+    entries = livestacks.dump_node(run, out_dir, node)
+    print(f"mxc_node stacks: node {node}: {len(entries)} process(es) of "
+          f"{len({e['rank'] for e in entries})} rank(s)", flush=True)  # stdout: srun's stderr is for errors
+    return 0

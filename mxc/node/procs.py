@@ -36,8 +36,11 @@ def descendants(root: int, proc: Path = PROC) -> list[int]:
 
 
 def marked(markers: Iterable[str], proc: Path = PROC, uid: int | None = None) -> list[int]:
-    """This user's live processes whose environment holds every ``NAME=value`` of ``markers``."""
+    """This user's live processes whose environment holds every ``NAME=value`` of ``markers``
+    (none without markers: an empty filter would match every process of the user)."""
     wanted = [m.partition("=") for m in markers]
+    if not wanted:
+        return []
     me = os.getuid() if uid is None else uid
     out = []
     for pid in sysread.process_ids(proc):

@@ -29,7 +29,20 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import barrier, checkpoints, container, events, integrity, layout, netif, placeholders, policy, postmortem, stacks
+from . import (
+    barrier,
+    checkpoints,
+    container,
+    events,
+    integrity,
+    layout,
+    livestacks,
+    netif,
+    placeholders,
+    policy,
+    postmortem,
+    stacks,
+)
 from .contract import ContractError, RunContract, Stage
 from .contract import load as load_contract
 from .imagecache import ImageError
@@ -284,7 +297,9 @@ class Rank:
         trainer = Trainer(argv, train_env, code_dir, hang=contract.hang, infrastructure=contract.infrastructure,
                           metrics=metrics, hang_marker=layout.hang_marker(self.run, self.attempt), rank=self.rank,
                           timeout_s=stage.timeout_s, grace_s=stage.grace_s, stop=self.stop, markers=markers,
-                          dump_stacks=lambda pids: self._dump_stacks(pids, py_spy), log=self.log)
+                          dump_stacks=lambda pids: self._dump_stacks(pids, py_spy), log=self.log,
+                          started=lambda pid: livestacks.record_trainer(self.run, self.rank, self.node, self.attempt,
+                                                                        pid, markers, py_spy))
         started = time.monotonic()
         self.interruptible = False
         if self.stop.requested:  # a request that came between the stages and now
@@ -318,8 +333,7 @@ class Rank:
         return self.exit("train", rc, cause, detail, result.timed_out, result.last_step)
 
     def _dump_stacks(self, pids: list[int], py_spy: str | None) -> list[tuple[str, str]]:
-        pythons = [p for p in pids if stacks.is_python(p)]
-        dumps = stacks.dump_stacks(pythons, layout.stacks(self.run), f"hang.rank-{self.rank}.attempt-{self.attempt}",
+        dumps = stacks.dump_stacks(stacks.pythons(pids), layout.stacks(self.run), f"hang.rank-{self.rank}.attempt-{self.attempt}",
                                    tool=py_spy or stacks.AUTO)
         return [(str(d.path), d.method) for d in dumps]
 

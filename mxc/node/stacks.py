@@ -1,6 +1,8 @@
-"""Stacks of a live training that hangs: where every Python process of it is stuck.
+"""Stacks of a live training: where every Python process of it is (stuck).
 
-Port of the dump part of mxc/runtime/observe/hang.py, for the node program's hang watch.
+Port of the dump part of mxc/runtime/observe/hang.py, for the node program's hang watch; also the
+dump behind ``mxc stacks`` (livestacks.py), which passes ``last_resort=False``: on demand, a
+training must never be disturbed, so there is py-spy or nothing.
 For each process: ``py-spy dump`` where py-spy is installed (``--native`` first, for the C++ and
 NCCL frames; without it when that fails), into ``<out_dir>/<tag>-pid<pid>.txt``. Without py-spy,
 SIGABRT, so that Python's faulthandler (``PYTHONFAULTHANDLER=1``, set for training) prints every
@@ -58,6 +60,11 @@ def python_pids(pgid: int, proc: Path = Path("/proc")) -> list[int]:
         if fields[_PGRP] == str(pgid) and is_python(pid, proc):
             out.append(pid)
     return out
+
+
+def pythons(pids: list[int], proc: Path = Path("/proc")) -> list[int]:
+    """The Python processes among a trainer's (py-spy reads Python stacks; a shell has none)."""
+    return [p for p in pids if is_python(p, proc)]
 
 
 def find_py_spy() -> str | None:
@@ -123,11 +130,12 @@ def dump_with_faulthandler(pid: int, out: Path, log: Path | None, wait: float = 
 
 
 def dump_stacks(pids: list[int], out_dir: Path, tag: str, log: Path | None = None, tool: str | None = AUTO,
-                proc: Path = Path("/proc")) -> list[StackDump]:
+                proc: Path = Path("/proc"), last_resort: bool = True) -> list[StackDump]:
     """One stack dump per process into ``out_dir/<tag>-pid<pid>.txt``.
 
     ``tool`` is py-spy's path, ``AUTO`` to look for it, None for none (then SIGABRT and the
-    faulthandler output in ``log``, the file the training's stderr goes to).
+    faulthandler output in ``log``, the file the training's stderr goes to). ``last_resort=False``
+    never sends SIGABRT: a process py-spy cannot read gets a file saying why, and lives on.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     spy = find_py_spy() if tool == AUTO else tool
@@ -136,8 +144,13 @@ def dump_stacks(pids: list[int], out_dir: Path, tag: str, log: Path | None = Non
         out = out_dir / f"{tag}-pid{pid}.txt"
         if spy:
             dump = dump_with_pyspy(pid, out, spy)
-            if dump.ok:
+            if dump.ok or not last_resort:
                 dumps.append(dump)
                 continue
+        if not last_resort:
+            out.write_text(f"# no stacks of process {pid}: py-spy is not installed (pip install py-spy)\n",
+                           encoding="utf-8")
+            dumps.append(StackDump(pid, out, "none", False))
+            continue
         dumps.append(dump_with_faulthandler(pid, out, log, proc=proc))
     return dumps

@@ -150,7 +150,7 @@ class Trainer:
                  grace_s: int, stop: StopRequest, markers: list[str],
                  dump_stacks: Callable[[list[int]], list[tuple[str, str]]],
                  log: Callable[[str], None], output: IO[bytes] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, started: Callable[[int], None] | None = None) -> None:
         self.argv, self.env, self.cwd = argv, env, cwd
         self.hang, self.metrics, self.hang_marker, self.rank = hang, metrics, hang_marker, rank
         self.timeout_s, self.grace_s, self.stop, self.markers = timeout_s, grace_s, stop, markers
@@ -158,6 +158,7 @@ class Trainer:
         self.dump_stacks, self.log = dump_stacks, log
         self.output = output if output is not None else sys.stdout.buffer
         self.clock = clock
+        self.started = started  # told the trainer's pid once it runs (the record `mxc stacks` finds it by)
         self._faulthandler_files: list[str] = []  # stack files to fill from the trainer's own output
 
     def run(self) -> Result:
@@ -168,6 +169,11 @@ class Trainer:
         finally:
             signal.signal(signal.SIGUSR2, previous)
         assert proc.stdout is not None
+        if self.started is not None:
+            try:
+                self.started(proc.pid)
+            except OSError as exc:  # a record for on-demand stacks is no reason to stop a training
+                self.log(f"cannot record the trainer's pid: {exc}")
         seen = _Seen()
         pump = threading.Thread(target=_pump, name="mxc-trainer-output", daemon=True,
                                 args=(proc.stdout, self.output, seen, re.compile(self.hang.step_pattern), self.infra,
