@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+
+from mxc.runtime.procfs import ProcessId
 
 TRAINER = "maxtext.trainers.pre_train.train"
 
@@ -33,3 +36,23 @@ def trainer_pids(run_dir: Path, rank: int | None = None) -> list[int]:
     maxtext...``, not the stages (timeout, bash) or the Ray wrapper that carry it in their arguments."""
     return [pid for pid, cmdline, environ in _live_with(f"MXC_RUN_DIR={run_dir}".encode())
             if cmdline.split()[1:3] == ["-m", TRAINER] and (rank is None or f"SLURM_PROCID={rank}".encode() in environ)]
+
+
+def dead_identity() -> ProcessId:
+    """The identity of a process that ran and is gone (a supervisor that died, for records)."""
+    proc = subprocess.Popen(["sleep", "60"])
+    identity = ProcessId.capture(proc.pid)
+    proc.kill()
+    proc.wait()
+    assert identity is not None and not identity.is_alive()
+    return identity
+
+
+def stand_ins(directory: Path, scripts: dict[str, str]) -> Path:
+    """``directory/bin`` holding executable stand-ins (name -> script text) for a PATH of their own."""
+    bin_dir = directory / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir

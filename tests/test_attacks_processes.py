@@ -27,7 +27,7 @@ from mxc.runtime import scratch
 from mxc.runtime.procfs import ProcessId
 from mxc.runtime.record import RunRecord
 from tests.conftest import REPO, Mxc
-from tests.processes import run_processes, trainer_pids
+from tests.processes import dead_identity, run_processes, stand_ins, trainer_pids
 
 TINY = str(REPO / "specs" / "tiny.yaml")
 NODE = os.uname().nodename
@@ -84,14 +84,6 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float = 120) -> Any
     pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
-def dead_identity() -> ProcessId:
-    """The identity of a process that ran and is gone."""
-    proc = subprocess.Popen(["sleep", "60"])
-    identity = ProcessId.capture(proc.pid)
-    proc.kill()
-    proc.wait()
-    assert identity is not None and not identity.is_alive()
-    return identity
 
 
 def build(mxc: Mxc, *sets: str) -> str:
@@ -350,12 +342,7 @@ echo 202
 @pytest.fixture
 def fake_slurm(tmp_path: Path) -> Path:
     """squeue and sbatch stand-ins on a PATH of their own; sbatch records each call."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, text in (("squeue", FAKE_SQUEUE), ("sbatch", FAKE_SBATCH)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    return bin_dir
+    return stand_ins(tmp_path, {"squeue": FAKE_SQUEUE, "sbatch": FAKE_SBATCH})
 
 
 def sbatch_calls(bin_dir: Path) -> list[list[str]]:

@@ -75,8 +75,8 @@ def test_bash_completion_of_an_empty_home_is_empty(mxc: Mxc, mxc_home: Path) -> 
     assert bash_complete(mxc_home, script, "show", "") == []
 
 
-@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (apt-get install zsh)")
 def test_zsh_script_parses_registers_and_lists(mxc: Mxc, home: tuple[Path, str], tmp_path: Path) -> None:
+    assert shutil.which("zsh"), "zsh is not installed: scripts/setup.sh --test installs it (apt-get install zsh)"
     root, prefix = home
     script = script_of(mxc, "zsh")
     assert script.startswith("#compdef mxc")
@@ -92,8 +92,8 @@ def test_zsh_script_parses_registers_and_lists(mxc: Mxc, home: tuple[Path, str],
     assert out == ["registered: _shtab_mxc", *RUNS, "--", prefix]
 
 
-@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (apt-get install fish)")
 def test_fish_completes_commands_runs_and_bundles(mxc: Mxc, home: tuple[Path, str], tmp_path: Path) -> None:
+    assert shutil.which("fish"), "fish is not installed: scripts/setup.sh --test installs it (apt-get install fish)"
     root, prefix = home
     script = script_of(mxc, "fish")
     path = tmp_path / "mxc.fish"

@@ -21,6 +21,7 @@ import pytest
 from mxc.runtime.procfs import ProcessId
 from mxc.runtime.record import RunRecord
 from tests.conftest import REPO, Mxc, store_snapshot
+from tests.processes import dead_identity
 
 TINY = str(REPO / "specs/tiny.yaml")
 OLD = "2020-01-01T00:00:00.000Z"
@@ -68,13 +69,6 @@ def sleeper() -> Iterator[ProcessId]:
     proc.wait()
 
 
-def dead_identity() -> ProcessId:
-    proc = subprocess.Popen(["sleep", "60"])
-    identity = ProcessId.capture(proc.pid)
-    proc.kill()
-    proc.wait()
-    assert identity is not None and not identity.is_alive()
-    return identity
 
 
 def gc_json(mxc: Mxc, *args: str) -> dict[str, Any]:

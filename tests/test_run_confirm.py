@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Mxc
+from tests.processes import stand_ins
 
 SBATCH = """#!/bin/bash
 printf '%s\\n' "$@" > "${0%/*}/sbatch.$$.argv"
@@ -23,11 +24,7 @@ echo 4242
 @pytest.fixture
 def sbatch_bin(tmp_path: Path) -> Path:
     """An ``sbatch`` stand-in that records each call (what was submitted is all these tests look at)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text(SBATCH)
-    (bin_dir / "sbatch").chmod(0o755)
-    return bin_dir
+    return stand_ins(tmp_path, {"sbatch": SBATCH})
 
 
 def sbatch_calls(bin_dir: Path) -> list[Path]:
