@@ -180,7 +180,8 @@ def test_runs_lists_and_marks_lost_runs(mxc: Mxc, mxc_home: Path) -> None:
     assert [r["status"] for r in rows] == ["succeeded", "lost"]
     assert rows[0]["duration_s"] == 60 and rows[0]["steps"] == 30
     text = mxc("runs").stdout.splitlines()
-    assert text[0].split() == ["RUN", "BUNDLE", "SPEC", "STATUS", "STEPS", "LAST", "LOSS", "STARTED", "DURATION"]
+    assert text[0].split() == ["RUN", "BUNDLE", "SPEC", "STATUS", "STEPS", "LAST", "LOSS", "STARTED", "DURATION",
+                               "FIRST", "STEP", "LABELS"]
     assert "1m00s" in text[1] and "lost" in text[2]
     assert len(json.loads(mxc("runs", "--json", "-n", "1").stdout)) == 1
     assert len(json.loads(mxc("runs", "--json", "--bundle", digest[:8]).stdout)) == 2

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from mxc.cli.runs import human_seconds
 from tests.conftest import REPO, Home
 from tests.gates import PauseGate
 from tests.processes import run_processes, trainer_pids
@@ -173,6 +174,8 @@ def test_time_to_first_step_and_compile_time_are_recorded_and_shown(home: Home, 
     assert 0 < compiled <= first  # compilation is part of the wait for the first step
     row = next(r for r in home.json("runs") if r["run_id"] == base_run.name)
     assert row["time_to_first_step_s"] == first and row["compile_s"] == compiled
+    line = next(x for x in home.cli("runs").stdout.splitlines() if x.startswith(base_run.name))
+    assert line.endswith(f"{human_seconds(first)} ({human_seconds(compiled)} compile)  base")
     report = tmp_path / "report.html"
     out = home.cli("report", base_run.name, "-o", str(report), "--no-tsdb")
     assert out.returncode == 0, out.stderr

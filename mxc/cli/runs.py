@@ -284,22 +284,27 @@ def _runs(args: argparse.Namespace) -> int:
     if not rows:
         print("no runs yet: mxc build specs/tiny.yaml && mxc run", file=sys.stderr)
         return 0
-    print(table([_row(r) for r in rows], ["RUN", "BUNDLE", "SPEC", "STATUS", "STEPS", "LAST LOSS", "STARTED", "DURATION"]))
+    print(table([_row(r) for r in rows], ["RUN", "BUNDLE", "SPEC", "STATUS", "STEPS", "LAST LOSS", "STARTED", "DURATION",
+                                           "FIRST STEP", "LABELS"]))
     return 0
 
 
 def _row(r: dict[str, Any]) -> list[str]:
     if r["status"] == "unreadable":
-        return [r["run_id"], "-", "-", "unreadable", "-", "-", "-", "-"]
+        return [r["run_id"], "-", "-", "unreadable", "-", "-", "-", "-", "-", "-"]
     loss = "-" if r["last_loss"] is None else f"{r['last_loss']:.4f}"
     started = (r["started"] or "-").replace("T", " ")[:19]
-    duration = "-" if r["duration_s"] is None else _human_seconds(r["duration_s"])
+    duration = "-" if r["duration_s"] is None else human_seconds(r["duration_s"])
     status = r["status"] + (f" ({r['restarts']} restarts)" if r["restarts"] else "")
+    # time to first step (compile time): where a slow start went, without opening the record
+    first = "-" if r["time_to_first_step_s"] is None else human_seconds(r["time_to_first_step_s"])
+    if r["compile_s"] is not None and first != "-":
+        first += f" ({human_seconds(r['compile_s'])} compile)"
     return [r["run_id"], r["bundle"][:12], r["spec"], status, "-" if r["steps"] is None else str(r["steps"]), loss,
-            started, duration]
+            started, duration, first, ",".join(r["labels"]) or "-"]
 
 
-def _human_seconds(seconds: float) -> str:
+def human_seconds(seconds: float) -> str:
     seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
