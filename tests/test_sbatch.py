@@ -82,13 +82,13 @@ def test_run_reports_sbatch_refusal_and_missing_sbatch(mxc: Mxc, mxc_home: Path,
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     spec = next(p for p in RUNNABLE_SPECS if p.stem == "tiny")
     bundle = build(mxc, spec, *resource_sets(mxc, spec, slurm_cluster, nodes=2), "--set", "resources.partition=nosuch")
-    refused = mxc("run", bundle.name[:10])
+    refused = mxc("run", bundle.name[:10], "-y")
     assert refused.returncode == 2
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith("mxc: error: sbatch refused the job: ") and "Invalid partition name specified" in last
     assert not list((mxc_home / "runs").glob("*"))  # no half-made run left behind
     (tmp_path / "bin").mkdir()
-    missing = mxc("run", bundle.name[:10], env={"PATH": str(tmp_path / "bin")})
+    missing = mxc("run", bundle.name[:10], "-y", env={"PATH": str(tmp_path / "bin")})
     assert missing.returncode == 2
     assert "mxc: error: 'sbatch' is not on PATH" in missing.stderr and "mxc run --local" in missing.stderr
     assert not list((mxc_home / "runs").glob("*"))
