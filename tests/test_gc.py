@@ -263,6 +263,10 @@ def test_read_only_bundle_defeats_rm_rf_but_not_mxc(mxc: Mxc, mxc_home: Path, tm
         copies = [place / "plain", place / "mxc"]
         for copy in copies:
             shutil.copytree(stored, copy)  # modes kept: read-only directories
+        # The module under test, where that user can read it (the checkout may be in root's home).
+        lib = place / "lib"
+        lib.mkdir()
+        shutil.copy(REPO / "mxc" / "tempdirs.py", lib / "tempdirs.py")
         as_user: list[str] = []
         if os.geteuid() == 0:
             setpriv = shutil.which("setpriv")
@@ -274,12 +278,12 @@ def test_read_only_bundle_defeats_rm_rf_but_not_mxc(mxc: Mxc, mxc_home: Path, tm
         assert plain.returncode != 0 and "Permission denied" in plain.stderr
         assert (copies[0] / "manifest.json").exists() or any(copies[0].iterdir())
         # The removal mxc gc/rm use, in the system interpreter (the module is stdlib only) as that user.
-        code = f"import sys; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path; " \
-               f"from mxc import tempdirs; tempdirs.discard(Path({str(copies[1])!r}))"
+        code = f"import sys; sys.path.insert(0, {str(lib)!r}); from pathlib import Path; " \
+               f"import tempdirs; tempdirs.discard(Path({str(copies[1])!r}))"
         python = "/usr/bin/python3" if os.geteuid() == 0 and os.path.exists("/usr/bin/python3") else sys.executable
         ours = subprocess.run([*as_user, python, "-c", code], capture_output=True, text=True)
         assert ours.returncode == 0, ours.stderr
-        assert not copies[1].exists() and sorted(p.name for p in place.iterdir()) == ["plain"]
+        assert not copies[1].exists() and sorted(p.name for p in place.iterdir()) == ["lib", "plain"]
     finally:
         for dirpath, dirnames, _ in os.walk(place):
             for name in dirnames:
