@@ -92,7 +92,11 @@ def test_preflight_failure_stops_the_job_with_reasons_per_rank(mxc: Mxc, mxc_hom
         assert all(e["event"] == "stage_end" and not e["timed_out"] for e in ends), ends
     assert final.restarts == 0 and not final.slurm.get("requeues")  # type: ignore[union-attr]
     decision = [e for e in batch_events(mxc_home, run_id) if e["event"] == "decision"][-1]
-    assert (decision["cause"], decision["action"], decision["rank"]) == ("stage_failed", "stop", first["rank"])
+    # Both ranks fail the same checks within milliseconds: the batch side decides on the rank whose
+    # exit it saw first, the record names the rank whose event is earliest; either is a rank that
+    # failed preflight (a proof run saw them differ once).
+    assert (decision["cause"], decision["action"]) == ("stage_failed", "stop")
+    assert str(decision["rank"]) in preflight or decision["rank"] == first["rank"]
 
 
 def test_stage_timeout_fails_the_job_naming_the_stage(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster) -> None:
