@@ -59,17 +59,27 @@ def test_barrier_names_who_did_not_arrive(tmp_path: Path) -> None:
 # ---- image cache: two processes, one cache file, never a temporary one left or used
 
 
-def _fetch_into_cache(cache: str, log: str, go: object) -> None:
+def _fetch_into_cache(cache: str, log: str, go: object, contended: object) -> None:
     go.wait()  # type: ignore[attr-defined]
 
     def fetch(tmp: Path, _left: float) -> None:
         with open(log, "a") as fh:
             fh.write(f"{os.getpid()} {tmp.name}\n")
         tmp.write_bytes(b"partial")
-        time.sleep(0.5)  # the other process is meanwhile at the lock
+        contended.wait(60)  # type: ignore[attr-defined]  # the other process has found the lock held
         tmp.write_bytes(b"the whole image")
 
-    ready = imagecache.ensure(Path(cache), "abc.sif", fetch, lambda tmp: None, time.monotonic() + 60, poll_s=0.05)
+    calls = [0]
+
+    def clock() -> float:
+        # ensure() reads the clock once on entry and once after each failed try of the lock
+        calls[0] += 1
+        if calls[0] == 2:
+            contended.set()  # type: ignore[attr-defined]
+        return time.monotonic()
+
+    ready = imagecache.ensure(Path(cache), "abc.sif", fetch, lambda tmp: None, time.monotonic() + 60,
+                              clock=clock, poll_s=0.05)
     with open(log, "a") as fh:
         fh.write(f"{os.getpid()} {ready.action} {Path(ready.path).read_bytes().decode()}\n")
 
@@ -77,7 +87,9 @@ def _fetch_into_cache(cache: str, log: str, go: object) -> None:
 def test_two_processes_fetch_one_image_once(tmp_path: Path) -> None:
     log = tmp_path / "log"
     go = multiprocessing.get_context("fork").Event()
-    procs = [multiprocessing.get_context("fork").Process(target=_fetch_into_cache, args=(str(tmp_path / "c"), str(log), go))
+    contended = multiprocessing.get_context("fork").Event()
+    procs = [multiprocessing.get_context("fork").Process(target=_fetch_into_cache,
+                                                         args=(str(tmp_path / "c"), str(log), go, contended))
              for _ in range(2)]
     for p in procs:
         p.start()
