@@ -157,3 +157,43 @@ def test_slurm_nodes_that_do_not_answer_are_reported(mxc: Mxc, mxc_home: Path, t
     assert shown["problems"] == ["1 of 2 node(s) answered (srun: srun: error: node2: task 1: Exited with exit code 1)"]
     assert json.loads(Path(shown["index"]).read_text())["problems"] == shown["problems"]
     assert [p.name for p in (run / "stacks").iterdir()] == [Path(shown["directory"]).name]  # no temporary left
+
+
+# node1 answers as itself; "node2" writes a list the node program never writes: a file name that
+# climbs out of the dump directory and a rank that is not a number (a node file comes from another machine).
+FORGED_SRUN = """#!/bin/bash
+while [ "${1#-}" != "$1" ]; do shift; done
+SLURMD_NODENAME=node1 "$@" || exit 9
+out="${@: -1}"
+printf '[{"rank": 1, "pid": 7, "file": "../../record.json", "ok": true}, {"rank": "x", "pid": 8, "file": "a.txt"}]' \\
+  > "$out/node-node2.json"
+"""
+
+
+def test_forged_node_lists_are_skipped_and_said(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from mxc.node import livestacks, stacks
+
+    bundle = mxc("build", "-q", str(REPO / "specs/tiny.yaml"), "--set", "runtime.backend=slurm",
+                 "--set", "resources.nodes=2").stdout.strip()
+    run = _fake_run(mxc_home, f"20990101-000000-bbbb-{bundle[:8]}", bundle=bundle, backend="slurm",
+                    slurm={"job_id": "304", "jobs": [{"job_id": "304", "resubmits": 0}]})
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("squeue", FAKE_SQUEUE), ("srun", FORGED_SRUN)):
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    child = subprocess.Popen([sys.executable, "-c", "import time\ndef waits_here():\n  time.sleep(3600)\nwaits_here()"])
+    try:
+        livestacks.record_trainer(run, 0, "node1", 0, child.pid, [], stacks.find_py_spy())
+        out = mxc("stacks", run.name, env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",
+                                           "MXC_NODE_PYTHON": sys.executable})
+    finally:
+        child.kill()
+        child.wait()
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "==> rank 0 on node1" in out.stdout and "waits_here" in out.stdout
+    assert '"run_id"' not in out.stdout  # record.json was not shown as a stack
+    assert "mxc: warning: node-node2.json: 2 entr(ies) not of the node program's shape, skipped" in out.stderr

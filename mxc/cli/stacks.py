@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from mxc import fsutil
 from mxc.cli.common import add_command, add_json, print_json, store
 
 
@@ -42,7 +43,10 @@ def _stacks(args: argparse.Namespace) -> int:
         print_json(dump.as_dict())
         return 0 if dump.ok else 1
     for entry in dump.entries:
-        text = (dump.directory / entry["file"]).read_text(encoding="utf-8", errors="replace")
+        try:
+            text = fsutil.read_text(dump.directory / entry["file"])
+        except OSError as exc:
+            text = f"(unreadable: {exc})"
         where = f" on {entry['node']}" if entry.get("node") else ""
         print(f"==> rank {entry['rank']}{where}, pid {entry['pid']}, attempt {entry.get('attempt')} "
               f"({entry['method']}{'' if entry['ok'] else ', failed'}) <==")

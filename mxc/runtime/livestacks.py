@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mxc import fsutil
 from mxc.errors import UserError
 from mxc.node import livestacks as node_stacks
 from mxc.runtime import runs
@@ -146,7 +147,22 @@ def _dump_job(run: RunDir, out_dir: Path, job_id: str, bundle_dir: Path, nodes: 
         problems.append(f"{len(lists)} of {nodes} node(s) answered (srun: {said})")
     entries: list[dict[str, Any]] = []
     for path in lists:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        entries.extend(e for e in data if isinstance(e, dict))
+        try:
+            data = fsutil.loads(fsutil.read_bounded(path))
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path.name}: unreadable ({exc})")
+            data = []
+        shaped = [e for e in data if _well_shaped(e)] if isinstance(data, list) else []
+        if isinstance(data, list) and len(shaped) < len(data):
+            problems.append(f"{path.name}: {len(data) - len(shaped)} entr(ies) not of the node program's shape, skipped")
+        entries.extend(shaped)
         path.unlink()
-    return sorted(entries, key=lambda e: (int(e.get("rank", 0)), int(e.get("pid", 0))))
+    return sorted(entries, key=lambda e: (e["rank"], e["pid"]))
+
+
+def _well_shaped(entry: Any) -> bool:
+    """An entry as the node program writes it: integer rank and pid, a plain file name in the dump
+    directory (a node file is written by another machine: never trusted to name a path)."""
+    return (isinstance(entry, dict) and type(entry.get("rank")) is int and type(entry.get("pid")) is int
+            and isinstance(entry.get("file"), str) and entry["file"] == os.path.basename(entry["file"])
+            and entry["file"] not in ("", ".", ".."))
