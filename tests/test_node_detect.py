@@ -216,14 +216,17 @@ def test_a_value_already_set_wins_and_only_the_guard_lowers_one(tmp_path: Path) 
     assert zero[0]["variables"]["NCCL_DMABUF_ENABLE"]["how"] == "kept"  # never raised, never touched
 
 
-def test_a_detector_that_fails_sets_nothing_and_says_so() -> None:
+def test_a_detector_that_fails_or_is_unknown_sets_nothing_and_says_so() -> None:
     def broken(argv: Sequence[str]) -> detect.Output | None:
         raise RuntimeError("boom")
 
-    updates, report = detect.run_detectors(["ainic_tc"], {}, detect.Node(run=broken))
+    updates, report = detect.run_detectors(["ainic_tc", "quantum_hca"], {}, detect.Node(run=broken))
     assert updates == {}
     assert report[0]["reason"] == "detector failed: RuntimeError: boom"
     assert report[0]["variables"]["NCCL_IB_TC"] == {"value": None, "how": "unset", "was": None}
+    assert report[1] == {"detector": "quantum_hca", "found": {}, "reason": "no such detector in this node program",
+                         "inputs": {}, "variables": {}}
+    assert detect.summary(report[1]) == "detect quantum_hca: (no such detector in this node program)"
 
 
 def test_the_report_reaches_the_record_and_a_different_detection_is_drift(tmp_path: Path) -> None:

@@ -398,7 +398,11 @@ def run_detectors(names: Sequence[str], env: Mapping[str, str], node: Node) -> t
     updates: dict[str, str] = {}
     report = []
     for name in names:
-        detector = DETECTORS[name]
+        detector = DETECTORS.get(name)
+        if detector is None:  # the compiler refuses unknown names; a hand-edited run.json is not trusted
+            report.append({"detector": name, "found": {}, "reason": "no such detector in this node program",
+                           "inputs": {}, "variables": {}})
+            continue
         try:
             detection = detector.detect(node)
         except Exception as exc:  # a bug here must not cost the run; the record says what
@@ -425,7 +429,8 @@ def summary(entry: Mapping[str, Any]) -> str:
             parts.append(f"{name} kept as set ({result['was']})")
         else:
             parts.append(f"{name} unset")
-    return f"detect {entry['detector']}: {', '.join(parts)} ({entry['reason']})"
+    text = ", ".join(parts)
+    return f"detect {entry['detector']}: {text + ' ' if text else ''}({entry['reason']})"
 
 
 def write_report(path: Path, *, rank: int, node: str, attempt: int, entries: list[dict[str, Any]]) -> None:
