@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from mxc.cli.runs import human_seconds
+from mxc.node import sysread
 from tests.conftest import REPO, Home
 from tests.gates import PauseGate
 from tests.processes import run_processes, trainer_pids
@@ -38,7 +40,16 @@ BUILD_SETS = (
     # and null removes an override the spec inherits (MaxText's default then applies).
     "model.overrides.profiler=",
     "model.overrides.learning_rate_schedule_steps=null",
+    # Node-computed settings over recorded RoCE trees (MXC_DETECT_ROOT, docs/detectors.md).
+    "env.detect=[gid_index, ib_hca]",
 )
+SYS_FIXTURES = REPO / "tests/fixtures/sys"
+
+
+def detect_root(base: Path, tree: str) -> dict[str, str]:
+    """A filesystem root whose /sys/class/infiniband is a recorded tree, for the node detectors."""
+    shutil.copytree(SYS_FIXTURES / tree, base / "sys/class/infiniband")
+    return {"MXC_DETECT_ROOT": str(base)}
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +63,14 @@ def bundle(home: Home) -> str:
 
 
 @pytest.fixture(scope="module")
-def base_run(home: Home, bundle: str) -> Path:
-    """The shared straight-through run (the last build, so `mxc run` takes no argument)."""
-    out = home.cli("run", "-q", "--label", "base")
-    assert out.returncode == 0, out.stderr
-    run = home.path / "runs" / out.stdout.strip()
+def base_run(home: Home, bundle: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared straight-through run (the last build, so `mxc run` takes no argument), its
+    detectors reading the RoCE tree of NVIDIA/nccl#1131 (GID index 3)."""
+    proc = home.start("run", "-q", "--label", "base",
+                      env=detect_root(tmp_path_factory.mktemp("detect-root"), "infiniband-roce-nccl1131"))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    run = home.path / "runs" / out.strip()
     assert run.is_dir()
     return run
 
@@ -212,6 +226,39 @@ def test_logs_fold_the_config_dump_and_filter(home: Home, base_run: Path) -> Non
     late = home.cli("logs", base_run.name, "--since", when.isoformat()).stdout.splitlines()
     assert late and late[-1] == raw[-1] and not any("completed step: 14," in line for line in late)
     assert any("completed step: 15," in line for line in late)
+
+
+def test_detected_settings_reach_training_the_record_and_compare(home: Home, bundle: str, base_run: Path,
+                                                                  tmp_path: Path) -> None:
+    """env.detect on a node whose GID table differs (the Kubernetes pod of NVIDIA/nccl#1573, index 7):
+    the trainer's own environment has the values, the record has the detections, and `mxc compare`
+    with the base run (index 3) shows the change."""
+    before = home.runs()
+    gate = PauseGate(tmp_path, {0: 0})  # the trainer waits after step 0, never released
+    proc = home.start("run", bundle, "-q", env={**gate.env(), **detect_root(tmp_path / "root", "infiniband-roce-k8s-nccl1573")})
+    run = new_run(home, before, proc)
+    pid = gate.wait_paused(0, alive=lambda: proc.poll() is None)[0]
+    environ = sysread.process_environ(Path("/proc"), pid) or {}
+    assert environ.get("NCCL_IB_GID_INDEX") == "7"
+    assert environ.get("NCCL_IB_HCA") == "=mlx5_0:1,mlx5_1:1"
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, err
+
+    detected = record_of(run)["detected"]["0"]["detectors"]
+    assert detected["gid_index"]["variables"]["NCCL_IB_GID_INDEX"] == {"value": "7", "how": "detected", "was": None}
+    assert detected["gid_index"]["inputs"]["ports"]["mlx5_1:1"][2] == {
+        "index": 6, "gid": "0000:0000:0000:0000:0000:ffff:0a98:040c", "type": "IB/RoCE v1"}
+    assert record_of(base_run)["detected"]["0"]["detectors"]["gid_index"]["found"] == {"NCCL_IB_GID_INDEX": "3"}
+    log = (run / "train.log").read_text()
+    assert "detect gid_index: NCCL_IB_GID_INDEX=7 (routable RoCE v2 GID at index 7 on 2 ACTIVE RoCE port(s))" in log
+
+    out = home.cli("compare", base_run.name, run.name)
+    assert "  detected NCCL_IB_GID_INDEX (rank 0): 3 [gid_index] -> 7 [gid_index]" in out.stdout, out.stdout + out.stderr
+    assert "NCCL_IB_HCA" not in out.stdout  # the same ports on both: no drift
+    listed = home.json("compare", base_run.name, run.name)["environment"]
+    assert {"what": "detected NCCL_IB_GID_INDEX (rank 0)", "a": "3 [gid_index]", "b": "7 [gid_index]",
+            "significant": True} in listed
 
 
 # ---- replay

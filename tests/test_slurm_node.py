@@ -10,6 +10,7 @@ Assertions read the events the node program wrote (their order and content), nev
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,3 +174,41 @@ def test_two_nodes_fetching_one_image_leave_one_file(mxc: Mxc, mxc_home: Path, s
     actions = sorted(events_of(mxc_home, run_id, r, "image")[0]["action"] for r in (0, 1))
     assert actions == ["cached", "fetched"]
     assert all(events_of(mxc_home, run_id, r, "image")[0]["image"] == str(cache / f"{digest}.sif") for r in (0, 1))
+
+
+def test_each_node_detects_its_settings_and_the_container_gets_them(mxc: Mxc, mxc_home: Path,
+                                                                    slurm_cluster: SlurmCluster, standin_bin: Path,
+                                                                    tmp_path: Path) -> None:
+    """env.detect on both nodes of a Podman job (docs/detectors.md): each rank reads the recorded RoCE
+    tree of NVIDIA/nccl#1131 (MXC_DETECT_ROOT), the spec's NCCL_DMABUF_ENABLE=1 is lowered by the guard
+    (no kernel config there), `podman run` passes the detected variables, and the record has both ranks."""
+    commit = code_repo(tmp_path / "code")
+    root = tmp_path / "root"
+    shutil.copytree(REPO / "tests/fixtures/sys/infiniband-roce-nccl1131", root / "sys/class/infiniband")
+    (root / "proc/sys/kernel").mkdir(parents=True)
+    (root / "proc/sys/kernel/osrelease").write_text("6.8.0-107-generic\n")
+    calls = tmp_path / "podman-runs"
+    wrapper = executable(tmp_path / "wrap" / "podman", (
+        f'#!/bin/bash\nif [ "$1" = run ]; then echo "$SLURMD_NODENAME $*" >> {calls}; fi\n'
+        f'exec {standin_bin / "podman"} "$@"\n'))
+    bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
+        "runtime.container": "podman", "image.ref": "registry.example/maxtext:test", "image.digest": "sha256:" + "cd" * 32,
+        "code.repo": str(tmp_path / "code"), "code.commit": commit,
+        "env.detect": "[gid_index, ib_hca, dmabuf]", "env.vars.NCCL_DMABUF_ENABLE": "1"}))
+    env = job_env(standin_bin, MXC_DETECT_ROOT=str(root))
+    env["PATH"] = f"{wrapper.parent}:{env['PATH']}"
+    run_id = submit(mxc, bundle, env=env)
+    final = wait_final(mxc_home, run_id, timeout=240)
+    assert final.status == "succeeded", final.message
+    detected = final.detected or {}
+    assert sorted((rank, entry["node"]) for rank, entry in detected.items()) == [("0", "node1"), ("1", "node2")]
+    for entry in detected.values():
+        results = entry["detectors"]
+        assert results["gid_index"]["variables"]["NCCL_IB_GID_INDEX"]["value"] == "3"
+        assert results["ib_hca"]["variables"]["NCCL_IB_HCA"]["value"] == "=mlx5_0:1,mlx5_1:1"
+        assert results["dmabuf"]["variables"]["NCCL_DMABUF_ENABLE"] == {"value": "0", "how": "guard", "was": "1"}
+    runs = calls.read_text().splitlines()
+    assert sorted(line.split()[0] for line in runs) == ["node1", "node2"]
+    for line in runs:
+        for name in ("NCCL_IB_GID_INDEX", "NCCL_IB_HCA", "NCCL_DMABUF_ENABLE"):
+            assert f"--env {name} " in line, (name, line)

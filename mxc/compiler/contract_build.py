@@ -184,6 +184,7 @@ def build_contract(spec: JobSpec) -> RunContract:
         ),
         env=environment(spec),
         rank_env=rank_environments(spec),
+        detect=list(spec.env.detect),
         container=Container(
             kind=rt.container, image_ref=image.ref if image else None, image_digest=image.digest if image else None,
             gpu_vendor=spec.resources.gpu_vendor, mounts=list(rt.mounts),

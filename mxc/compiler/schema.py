@@ -26,6 +26,7 @@ from mxc.compiler.gitrepo import repo_problem
 from mxc.compiler.notify_policy import secret_env_problem
 from mxc.compiler.secretscan import find_secrets
 from mxc.node import placeholders
+from mxc.node.detect import DETECTORS
 from mxc.plugins import PLUGIN_NAME_PATTERN
 
 SCHEMA_VERSION = "mxc/v1"
@@ -203,6 +204,11 @@ class RankEnv(EnvValues):
 class Env(EnvValues):
     """Environment of the training process. Values may hold run-time placeholders ({run_dir}, {rank}...)."""
 
+    detect: list[str] = Field(
+        default_factory=list, description="detectors the node program runs before training, each setting variables "
+        "from what it finds on the node: " + ", ".join(DETECTORS) + " (docs/detectors.md); a value the spec or "
+        "the node sets wins, except that the dmabuf guard lowers NCCL_DMABUF_ENABLE=1 to 0 where the kernel cannot"
+    )
     allow_dangerous: list[EnvName] = Field(
         default_factory=list, description="variables of env.vars that load or run code (LD_PRELOAD, PATH, "
         "APPTAINER_*, ...) set on purpose; reported by mxc check, mxc build and mxc show"
@@ -211,6 +217,17 @@ class Env(EnvValues):
         default_factory=dict, description="per-rank additions by rank number, e.g. an XLA dump on rank 0 only: "
         "{'0': {xla_flags: {xla_dump_to: '{run_dir}/xla-dump'}}} (rank numbers quoted: keys are strings)"
     )
+
+    @field_validator("detect")
+    @classmethod
+    def _known_detectors(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if name not in DETECTORS:
+                hint = did_you_mean(name, DETECTORS)
+                raise ValueError(f"unknown detector '{name}' ({hint + ' ' if hint else ''}one of {', '.join(DETECTORS)})")
+        if len(set(names)) != len(names):
+            raise ValueError("a detector is named twice")
+        return names
 
     @model_validator(mode="after")
     def _not_instructions(self) -> Self:
@@ -229,7 +246,7 @@ class Env(EnvValues):
         """No opt-in or rank additions, no key: spec.json (and so every bundle hash) stays what it was
         before these fields existed."""
         data: dict[str, Any] = handler(self)
-        for key in ("allow_dangerous", "ranks"):
+        for key in ("allow_dangerous", "ranks", "detect"):
             if not getattr(self, key):
                 data.pop(key, None)
         return data

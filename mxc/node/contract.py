@@ -194,6 +194,7 @@ class RunContract:
     observability: Observability
     infrastructure: list[InfraPattern]
     rank_env: list[RankEnvironment] = field(default_factory=list)
+    detect: list[str] = field(default_factory=list)  # env.detect: detectors the node program runs (detect.py)
     __pydantic_config__ = STRICT
 
     def stage(self, name: str) -> Stage:

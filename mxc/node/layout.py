@@ -14,6 +14,7 @@ RESUBMIT_REQUEST = "resubmit.request"  # the batch side asks mxc to resubmit (no
 CANCEL_REQUEST = "cancel.request"  # mxc cancel: never resubmit
 RANK_EVENTS = "events.jsonl"
 PREFLIGHT = "preflight.json"
+DETECTED = "detected.json"  # env.detect: what each detector read and set on this rank (detect.py)
 TRAINER = "trainer.json"  # the rank's running trainer: pid, start time, node (mxc stacks finds it by this)
 
 
@@ -28,6 +29,10 @@ def rank_events(run: Path, rank: int) -> Path:
 
 def preflight_result(run: Path, rank: int) -> Path:
     return rank_dir(run, rank) / PREFLIGHT
+
+
+def detected(run: Path, rank: int) -> Path:
+    return rank_dir(run, rank) / DETECTED
 
 
 def trainer_record(run: Path, rank: int) -> Path:

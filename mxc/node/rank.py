@@ -33,6 +33,7 @@ from . import (
     barrier,
     checkpoints,
     container,
+    detect,
     events,
     integrity,
     layout,
@@ -78,6 +79,7 @@ class Rank:
         self.interruptible = True  # before training: a stop request ends the current stage at once
         self.stage_name = "setup"
         self.events = layout.rank_events(self.run, self.rank)
+        self.detected: list[str] = []  # variables env.detect set for training (detect.py)
 
     # ---- output
 
@@ -137,6 +139,7 @@ class Rank:
         if note:
             self.log(note)
         env = self._environment(contract, output_dir)
+        env.update(self._detect(contract.detect, env))
         choice = netif.choose_interface(Path("/sys/class/net"), configured=contract.network.interface,
                                         nccl_spec=env.get("NCCL_SOCKET_IFNAME"), coordinator=self.coordinator or None,
                                         route_to=netif.route_via_ip)
@@ -248,6 +251,23 @@ class Rank:
             env["PYTHONPATH"] = f"{code}/{contract.train.pythonpath}" + (f":{inherited}" if inherited else "")
         return env
 
+    def _detect(self, names: list[str], env: dict[str, str]) -> dict[str, str]:
+        """env.detect: node-computed settings (detect.py), each detector's inputs and result recorded in
+        ranks/<rank>/detected.json. MXC_DETECT_ROOT replaces / for what they read (tests, a chroot)."""
+        if not names:
+            return {}
+        node = detect.Node(Path(self.env.get("MXC_DETECT_ROOT") or "/"))
+        updates, report = detect.run_detectors(names, env, node)
+        for entry in report:
+            self.log(detect.summary(entry))
+        try:
+            detect.write_report(layout.detected(self.run, self.rank), rank=self.rank, node=self.node,
+                                attempt=self.attempt, entries=report)
+        except OSError as exc:
+            self.log(f"cannot write {layout.detected(self.run, self.rank)}: {exc}")
+        self.detected = sorted(updates)
+        return updates
+
     def _placeholder_values(self) -> dict[str, str]:
         """What {run_dir}, {rank}... stand for on this node, in this attempt (mxc/node/placeholders.py)."""
         return {"run_dir": str(self.run), "run_id": self.run.name, "rank": str(self.rank), "node": self.node,
@@ -274,6 +294,7 @@ class Rank:
         args += [f"{a.key}={values[a.value]}" for a in contract.train.runtime_args]
         args += contract.train.distributed_args if (self.coordinator or self.nprocs > 1) else contract.train.single_args
         env_names = [name for name, _ in contract.env_of(self.rank)]
+        env_names += [name for name in self.detected if name not in env_names]
         launcher = container.launcher(contract.container, python, image, env, self.run, output_dir, code_dir, env_names)
         exe = shutil.which(launcher[0]) if len(launcher) == 1 else None
         observer = self._start_observer(contract, node_env)

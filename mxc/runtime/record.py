@@ -92,6 +92,7 @@ class RunRecord(BaseModel):
     time_to_first_step_s: float | None = None  # from `started` to the first step line (local runs)
     compile_s: float | None = None  # the first finished compilation of the train step (local runs; trainlog.PHASE_LINES)
     message: str | None = None
+    detected: dict[str, Any] | None = None  # env.detect, by rank: what each detector found and set (runtime/detections.py)
 
     def save(self, path: Path) -> None:
         if path.exists():

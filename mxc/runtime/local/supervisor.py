@@ -33,6 +33,7 @@ from typing import Any
 from mxc.node import events, layout, outcome, policy
 from mxc.node.checkpoints import latest_checkpoint  # the one checkpoint scan (also the batch side's)
 from mxc.node.contract import Restart
+from mxc.runtime import detections
 from mxc.runtime.hooks import Launcher, RunObserver, TrainingProcess
 from mxc.runtime.local.progress import ProgressBar
 from mxc.runtime.local.startup import StartupTimes
@@ -251,6 +252,7 @@ class Supervisor:
 
     def _finish(self, status: str, code: int | None, message: str | None) -> None:
         self._merge_metrics()
+        self.record.detected = detections.collect(self.run.path) or self.record.detected
         last = self.record.attempts[-1] if self.record.attempts else None
         if status == "failed" and last is not None and (last.model_extra or {}).get("hung"):
             status = "hung"  # the node program's hang watch stopped the last attempt

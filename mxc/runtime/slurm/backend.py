@@ -34,6 +34,7 @@ from typing import Any
 from mxc.compiler.secretscan import redact_secrets
 from mxc.errors import UserError, cannot_write
 from mxc.node.contract import RunContract
+from mxc.runtime import detections
 from mxc.runtime.backends import (
     DEFAULT_PYTHON,
     Plan,
@@ -283,6 +284,7 @@ def _update(run: RunDir, record: RunRecord) -> dict[str, Any] | None:
         if state.time_left:
             slurm["time_left"] = state.time_left
     record.slurm = slurm
+    record.detected = detections.collect(run.path) or record.detected
     merged = write_merged(run.metrics_parts, run.metrics)  # derived from the job's files alone
     if merged.steps:
         record.steps, record.last_loss = merged.steps, merged.last_loss
