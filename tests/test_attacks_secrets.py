@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from mxc.compiler import notify_policy
 from mxc.compiler.errors import SpecErrors
-from mxc.compiler.notify_policy import ALLOWED_URLS_ENV
 from mxc.compiler.pipeline import resolve_spec
-from mxc.compiler.secretscan import find_secrets, redact_secrets, secret_pair, secret_shape
+from mxc.node import notify_policy
+from mxc.node.notify_policy import ALLOWED_URLS_ENV
+from mxc.node.secretscan import find_secrets, redact_secrets, secret_pair, secret_shape
 from mxc.runtime import notify
 from mxc.runtime.notify import NotifyConfig, send
 from mxc.runtime.provenance.environment import recorded_environment

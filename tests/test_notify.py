@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mxc.compiler.notify_policy import ALLOWED_URLS_ENV
+from mxc.node.notify_policy import ALLOWED_URLS_ENV
 from mxc.runtime import notify
 from mxc.runtime.notify import NotifyConfig, send
 from tests.conftest import REPO, Mxc

@@ -187,6 +187,32 @@ def test_runs_lists_and_marks_lost_runs(mxc: Mxc, mxc_home: Path) -> None:
     assert len(json.loads(mxc("runs", "--json", "--bundle", digest[:8]).stdout)) == 2
 
 
+def test_wait_exits_with_the_status_of_an_ended_or_lost_run(mxc: Mxc, mxc_home: Path) -> None:
+    """`mxc wait` returns at once for a run that ended (its exit status: 0, the training's code,
+    128+signal when cancelled) or was lost, and refuses a bad interval."""
+    digest = mxc("build", TINY, "-q").stdout.strip()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    cases: dict[str, tuple[dict[str, object], int, str]] = {
+        "20990102-000000-aaaa": ({}, 0, "succeeded"),
+        "20990102-000001-bbbb": ({"status": "failed", "exit_code": 3, "message": "it broke"}, 3, "failed (exit 3): it broke"),
+        "20990102-000002-cccc": ({"status": "cancelled", "exit_code": None, "cancelled_by": "SIGTERM"}, 143, "cancelled"),
+        "20990102-000003-dddd": ({"status": "running", "final": False, "ended": None,
+                                  "supervisor": {"pid": dead.pid, "host": os.uname().nodename}}, 1, "lost"),
+    }
+    for prefix, (fields, code, said) in cases.items():
+        run = fake_run(mxc_home, f"{prefix}-{digest[:8]}", digest, **fields)
+        before = (run / "record.json").read_bytes()
+        out = mxc("wait", run.name)
+        assert out.returncode == code and f"mxc: run {run.name} {said}" in out.stderr, (prefix, out.stderr)
+        assert (run / "record.json").read_bytes() == before  # a read
+    out = mxc("wait", "20990102-000001", "--json", "-q")
+    assert out.returncode == 3 and json.loads(out.stdout)["exit_status"] == 3 and out.stderr == ""
+    one_line_error(mxc("wait", "20990102-000000", "--interval", "0"), "--interval 0: expected a number of seconds above 0")
+    one_line_error(mxc("run", "--wait", "--interval", "-1"), "--interval -1: expected a number of seconds above 0")
+    one_line_error(mxc("wait", "nosuchrun"), "no run matches 'nosuchrun'")
+
+
 # ---- metrics merge
 
 
@@ -374,7 +400,7 @@ def test_launcher_kills_stragglers_when_the_leader_exits(tmp_path: Path) -> None
     assert proc.poll() == 3
 
 
-@pytest.mark.parametrize("command", ["run", "rerun", "runs", "logs"])
+@pytest.mark.parametrize("command", ["run", "rerun", "runs", "logs", "wait"])
 def test_help_has_an_example(mxc: Mxc, command: str) -> None:
     out = mxc(command, "--help")
     assert out.returncode == 0 and "example:\n  mxc " in out.stdout

@@ -363,11 +363,17 @@ def test_a_detached_run_outlives_its_parent_and_is_followed_and_cancelled(home: 
     supervisor = record_of(run)["supervisor"]
     assert os.getsid(supervisor["pid"]) == supervisor["pid"] != os.getsid(0)  # a session of its own: no terminal
     follow = home.start("logs", run_id, "-f")
+    waiting = home.start("wait", run_id, "--interval", "0.2")  # like sbatch --wait: returns with the run's status
+    assert waiting.stderr is not None
+    first = waiting.stderr.readline()  # its progress line (one per change off a terminal): it is waiting
+    assert first.startswith(f"mxc: run {run_id}: running, step "), first
     out = home.cli("cancel", run_id, "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["status"] == "cancelled"
     logs, _ = follow.communicate(timeout=120)  # -f ends with the run
     assert follow.returncode == 0 and "completed step: 0," in logs and "[mxc] run cancelled" in logs
+    _, said = waiting.communicate(timeout=120)
+    assert waiting.returncode == 143 and f"mxc: run {run_id} cancelled" in said, said  # 128 + SIGTERM
     record = record_of(run)
     assert record["status"] == "cancelled" and record["final"] is True and record["cancelled_by"] == "SIGTERM"
     wait_for("the supervisor to exit", lambda: not Path(f"/proc/{supervisor['pid']}").exists()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from mxc.compiler.notify_policy import ALLOWED_URLS_ENV
+from mxc.node.notify_policy import ALLOWED_URLS_ENV
 
 
 def encodings(text: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from mxc import __version__
 
 # One module per group of commands; each has register(subparsers).
-COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.watch", "mxc.cli.lock",
+COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.watch", "mxc.cli.wait", "mxc.cli.lock",
                    "mxc.cli.check", "mxc.cli.triage", "mxc.cli.observe", "mxc.cli.completion",
                    "mxc.cli.housekeeping", "mxc.cli.stacks")
 
@@ -37,6 +37,7 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc logs [RUN-ID] [-f]        a run's training log
   mxc cancel RUN-ID             stop a run (Slurm: scancel, no requeue); a lost run: end what is left
   mxc watch [RUN-ID] [--once]   keep Slurm runs' records current: state, alerts, resubmission
+  mxc wait RUN-ID               block until a run ends; exit with its status (mxc run --wait: the same)
   mxc metrics RUN [--query Q]   a run's Prometheus TSDB, live or long after (observability on)
   mxc report RUN [RUN2...]      one HTML file: interactive plots, verdicts, spec diff, drift
   mxc dashboard RUN             Prometheus + TensorBoard on a run's data (127.0.0.1)

@@ -19,7 +19,9 @@ def register(sub: Any) -> None:
     p = add_command(sub, "run", "train a stored bundle (default: the last `mxc build`), recorded under $MXC_HOME/runs",
                     "mxc build specs/tiny.yaml && mxc run\nmxc run 3f9a --dry-run\n"
                     "mxc run 3f9a -y      # a Slurm bundle, from a script: no question asked\n"
-                    "mxc run --detach     # survives the terminal: mxc logs RUN -f, mxc cancel RUN", _run)
+                    "mxc run --detach     # survives the terminal: mxc logs RUN -f, mxc cancel RUN\n"
+                    "mxc run 3f9a -y --wait   # Slurm (or with --detach): return when the run ends, with its status",
+                    _run)
     p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix, @ (the newest), @~N or label:NAME "
                    "(default: the last bundle built)")
     _add_run_options(p)
@@ -28,6 +30,10 @@ def register(sub: Any) -> None:
     p.add_argument("--detach", action="store_true",
                    help="local runs: print the run id and return at once; the run goes on without this terminal "
                         "(follow: mxc logs RUN -f; stop: mxc cancel RUN)")
+    p.add_argument("--wait", action="store_true",
+                   help="Slurm runs and --detach: block until the run ends and exit with its status "
+                        "(0 succeeded, non-zero failed or cancelled), like sbatch --wait; see `mxc wait`")
+    p.add_argument("--interval", type=float, default=5.0, metavar="SECONDS", help="with --wait: between looks")
     p.add_argument("--as-run-id", help=argparse.SUPPRESS)  # the run id a detached run's parent chose
     p.add_argument("--as-rerun-of", help=argparse.SUPPRESS)  # the run a detached rerun's parent reruns
     p.add_argument("--resume-from", metavar="RUN[@STEP]",
@@ -188,13 +194,23 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
                                   yes=args.yes):
             print("mxc: not submitted", file=sys.stderr)
             return 1
+    waits = getattr(args, "wait", False)
+    if waits:
+        from mxc.cli.wait import check_interval
+
+        check_interval(args.interval)
     if getattr(args, "detach", False) and backend.name == "local":  # Slurm submissions return at once anyway
-        return _detach(args, bundle, plan, rerun_of, resume_from)
+        code = _detach(args, bundle, plan, rerun_of, resume_from, quiet_json=waits)
+        return _waited(args, plan.run_dir) if waits and code == 0 else code
     if not request.quiet:
         print(f"mxc: run {plan.run_dir.run_id}: bundle {bundle.hash[:12]} ({request.spec_name}) on {backend.name}",
               file=sys.stderr)
         print(f"mxc: log {plan.run_dir.log}", file=sys.stderr)
     record = backend.run(request, plan)
+    if waits and not record.final:  # a submission (Slurm) returned at once: wait for its end
+        if not args.json:
+            print(record.run_id)
+        return _waited(args, plan.run_dir)
     if args.json:
         print_json(record.model_dump(mode="json"))
     else:
@@ -204,7 +220,15 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
     return exit_code(record)
 
 
-def _detach(args: argparse.Namespace, bundle: Any, plan: Any, rerun_of: str | None, resume_from: Any) -> int:
+def _waited(args: argparse.Namespace, run: Any) -> int:
+    """``--wait``: the run's end, as `mxc wait` gives it (exit status included)."""
+    from mxc.cli.wait import wait_and_exit
+
+    return wait_and_exit(run, args.interval, args.quiet, args.json)
+
+
+def _detach(args: argparse.Namespace, bundle: Any, plan: Any, rerun_of: str | None, resume_from: Any,
+            quiet_json: bool = False) -> int:
     """Start the run as its own `mxc run` in a session of its own (mxc/runtime/local/detach.py), with
     everything that shapes its record: labels, the run it reruns, the checkpoint it resumes from."""
     from mxc.runtime import runs
@@ -222,7 +246,8 @@ def _detach(args: argparse.Namespace, bundle: Any, plan: Any, rerun_of: str | No
     if code is not None:
         return code
     if args.json:
-        print_json(runs.load(run).model_dump(mode="json"))
+        if not quiet_json:  # with --wait, the JSON is the record at the end
+            print_json(runs.load(run).model_dump(mode="json"))
         return 0
     if not args.quiet:
         print(f"mxc: run {run.run_id} detached (supervisor pid {pid}, its output in {run.path / detach.LOG_NAME}); "

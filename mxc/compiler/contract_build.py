@@ -21,6 +21,7 @@ from mxc.node.contract import (
     Hang,
     InfraPattern,
     Network,
+    Notify,
     Observability,
     Preflight,
     RankEnvironment,
@@ -205,4 +206,14 @@ def build_contract(spec: JobSpec) -> RunContract:
             plugins=list(spec.observability.plugins),
         ),
         infrastructure=infrastructure_patterns(),
+        notify=notify_settings(spec),
     )
+
+
+def notify_settings(spec: JobSpec) -> Notify | None:
+    """The spec's ``notify`` for the batch side, which posts a Slurm job's alerts itself."""
+    n = spec.notify
+    if n is None:
+        return None
+    return Notify(format=n.format, secret_env=n.secret_env, secret_file=n.secret_file, chat_id=n.chat_id,
+                  api_url=n.api_url.rstrip("/"), events=list(n.events), timeout_s=float(n.timeout))

@@ -23,10 +23,10 @@ from mxc.compiler import env_policy
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.gitrepo import repo_problem
-from mxc.compiler.notify_policy import secret_env_problem
-from mxc.compiler.secretscan import find_secrets
 from mxc.node import placeholders
 from mxc.node.detect import DETECTORS
+from mxc.node.notify_policy import secret_env_problem
+from mxc.node.secretscan import find_secrets
 from mxc.plugins import PLUGIN_NAME_PATTERN
 
 SCHEMA_VERSION = "mxc/v1"

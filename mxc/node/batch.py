@@ -11,7 +11,9 @@
    process of the steps (``scancel --signal=TERM``, which spares this process), or, where the node
    has no scancel, USR2 through srun, which each rank turns into SIGTERM;
 5. when the step ends, find why (outcome.py), ask the restart policy (policy.py) and carry out its
-   decision: ``scontrol requeue``, or ``resubmit.request`` for mxc where nodes have no scontrol.
+   decision: ``scontrol requeue``, or ``resubmit.request`` for mxc where nodes have no scontrol;
+6. report for itself (jobreport.py): the spec's chat alerts (start, restart, hang, failure, finish)
+   and, when the run ends here, its end in ``end.json`` and record.json, with no mxc process around.
 
 Everything it decides is an event in ``batch.jsonl``; its log lines start ``[mxc batch JOB]``.
 """
@@ -31,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import checkpoints, events, integrity, layout, outcome, policy, stopcause
+from . import checkpoints, events, integrity, jobreport, layout, outcome, policy, stopcause
 from .contract import ContractError, RunContract
 from .contract import load as load_contract
 
@@ -53,6 +55,7 @@ class Batch:
         self.pending: list[int] = []  # signals received, handled by the main loop
         self.requeued = False
         self.step: subprocess.Popen[bytes] | None = None
+        self.report: jobreport.JobReport | None = None
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.pending.append(signum)  # handled by the main loop, never inside the handler
@@ -77,6 +80,7 @@ class Batch:
             contract = load_contract(self.bundle)
         except ContractError as exc:
             return self.refuse(str(exc))
+        self.report = jobreport.JobReport(self.run, self.bundle, contract, self.env, self.job_id, self.restarts)
         refusal = policy.start_refusal(self.restarts, contract.restart.max)
         if refusal:
             return self.refuse(refusal)
@@ -90,7 +94,8 @@ class Batch:
                    restart_max=contract.restart.max, nodes=self.env.get("SLURM_JOB_NODELIST", ""), num_nodes=nodes,
                    partition=self.env.get("SLURM_JOB_PARTITION", ""), batch_host=socket.gethostname(),
                    coordinator=coordinator)
-        env = dict(self.env, MXC_ATTEMPT=str(self.restarts), MXC_COORDINATOR=coordinator)
+        self.report.started(self.env.get("SLURM_JOB_NODELIST", ""))
+        env = dict(self.report.rank_env(self.env), MXC_ATTEMPT=str(self.restarts), MXC_COORDINATOR=coordinator)
         if contract.observability.enabled:
             env["MXC_OBSERVE_NODES"] = "1"  # each rank starts mxc's node observer (mxc/runtime/observe/node_observer.py)
         try:
@@ -100,6 +105,7 @@ class Batch:
         except OSError as exc:
             self.log(f"cannot start srun: {exc.strerror or exc}")
             self.event(events.End, rc=127)
+            self.report.ended("failed", 127, f"cannot start srun on {socket.gethostname()}: {exc.strerror or exc}")
             return 127
         stop_cause = None
         while True:
@@ -120,6 +126,8 @@ class Batch:
     def refuse(self, why: str) -> int:
         self.log(f"not starting: {why}")
         self.event(events.Refused, slurm_restart_count=self.slurm_restarts, resubmits=self.resubmits, why=why)
+        report = self.report or jobreport.JobReport(self.run, self.bundle, None, self.env, self.job_id, self.restarts)
+        report.ended("failed", 1, why, cause="refused")
         return 1
 
     def terminated(self) -> int:
@@ -129,6 +137,10 @@ class Batch:
         self.event(events.Terminated, signal="SIGTERM")
         if self.step is not None and self.step.poll() is None:
             self.step.terminate()
+        if self.report is not None and (self.run / layout.CANCEL_REQUEST).exists():
+            # mxc cancel: the run ends here. Any other SIGTERM (the time limit, a preemption that
+            # Slurm may requeue) is left for mxc to tell from Slurm's accounting.
+            self.report.ended("cancelled", 143, "cancelled with mxc cancel", cause=policy.CANCELLED)
         return 143
 
     def on_usr2(self, contract: RunContract) -> str:
@@ -170,10 +182,21 @@ class Batch:
         where = f" (rank {ended.rank} on {ended.node})" if failed_rank and ended.rank is not None else ""
         self.log(f"{cause}{where}: {decision.action}: {decision.reason}; latest checkpoint: "
                  f"{latest if latest is not None else 'none'}")
+        step = ended.last_step
+        if self.report is not None and cause == policy.HANG:
+            self.report.hung(ended.rank, ended.node, step, ended.detail, decision.action, decision.reason)
         if decision.action == policy.REQUEUE:
             return self.requeue(cause, latest)
         final = 0 if decision.action == policy.DONE else (rc or 1)
         self.event(events.End, rc=final)
+        if self.report is not None:
+            if decision.action == policy.DONE:
+                self.report.ended("succeeded", 0, "", cause=cause)
+            else:
+                what = f"{cause}{where}: {ended.detail}" if failed_rank and ended.detail else f"{cause}{where}"
+                self.report.ended("failed", final, f"{what}; not requeued: {decision.reason}", cause=cause,
+                                  rank=ended.rank if failed_rank else None, node=ended.node if failed_rank else None,
+                                  detail=ended.detail if failed_rank else None, step=step)
         return final
 
     def requeue(self, cause: str, latest: int | None) -> int:

@@ -174,6 +174,21 @@ class RankEnvironment:
 
 
 @dataclass(frozen=True)
+class Notify:
+    """Chat alerts (the spec's ``notify``): the batch side of a Slurm job posts its own (jobreport.py).
+    Where the secret is (a variable's name, a file's path), never the secret."""
+
+    format: str  # slack | mattermost | telegram
+    secret_env: str | None
+    secret_file: str | None
+    chat_id: str | None
+    api_url: str
+    events: list[str]  # start | finish | failure | hang | restart
+    timeout_s: float
+    __pydantic_config__ = STRICT
+
+
+@dataclass(frozen=True)
 class RunContract:
     format: str
     name: str
@@ -195,6 +210,7 @@ class RunContract:
     infrastructure: list[InfraPattern]
     rank_env: list[RankEnvironment] = field(default_factory=list)
     detect: list[str] = field(default_factory=list)  # env.detect: detectors the node program runs (detect.py)
+    notify: Notify | None = None
     __pydantic_config__ = STRICT
 
     def stage(self, name: str) -> Stage:

@@ -9,7 +9,9 @@ What it does is chosen per attempt and rank by ``MXCTEST_TRAINER``: comma-separa
 * ``error``: one step, then a Python exception (an application error), exit 1;
 * ``stall``: three steps, then waits for ever in ``stuck_in_collective`` (a hang after the first step).
 
-It records the start in ``$MXC_RUN_DIR/standin.attempt-A.rank-R`` (its pid), so tests can wait on it.
+It records the start in ``$MXC_RUN_DIR/standin.attempt-A.rank-R`` (its pid), so tests can wait on it;
+with ``MXCTEST_ENV_DUMP`` set, it also dumps its whole environment into ``$MXC_RUN_DIR/environment.attempt-A.rank-R.json``
+(as a crash report or a debugging trainer would), so tests can check what training is given.
 """
 
 import json
@@ -54,6 +56,9 @@ def main() -> int:
     run, attempt, rank = os.environ["MXC_RUN_DIR"], os.environ.get("MXC_ATTEMPT", "0"), os.environ.get("MXC_RANK", "0")
     with open(os.path.join(run, f"standin.attempt-{attempt}.rank-{rank}"), "w") as fh:
         fh.write(str(os.getpid()))
+    if os.environ.get("MXCTEST_ENV_DUMP"):
+        with open(os.path.join(run, f"environment.attempt-{attempt}.rank-{rank}.json"), "w") as fh:
+            json.dump(dict(os.environ), fh, indent=1)
     what = behaviour()
     if what == "silent":
         never_prints()

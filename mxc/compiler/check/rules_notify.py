@@ -1,7 +1,7 @@
 """Rules about alerts: where a spec's notify section would send them.
 
 Alerts go only to the format's official API, a Mattermost webhook, or a URL the operator allows
-outside the spec (``$MXC_NOTIFY_ALLOWED_URLS``, mxc/compiler/notify_policy.py). That setting is
+outside the spec (``$MXC_NOTIFY_ALLOWED_URLS``, mxc/node/notify_policy.py). That setting is
 the one thing here read from the environment of ``mxc check``: it belongs to the machine that
 sends the alerts, never to the spec.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from mxc.compiler import notify_policy
 from mxc.compiler.check.subject import Issue, Subject
+from mxc.node import notify_policy
 
 _DEFAULT_API = "https://api.telegram.org"
 

@@ -21,8 +21,8 @@ from mxc.compiler.errors import SpecErrors
 from mxc.compiler.loader import Loaded, Path
 from mxc.compiler.resolve import line_of
 from mxc.compiler.schema import Checkpoint, Env, JobSpec, Model, Restart
-from mxc.compiler.secretscan import secret_pair, secret_shape
 from mxc.compiler.validate import validate
+from mxc.node.secretscan import secret_pair, secret_shape
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ knows (mxc/compiler/data/env_vars.json: NCCL, RCCL, CUDA, HSA, XLA, ... tuning),
 names that shape what training does, and the names the spec itself sets in ``env.vars``. Even
 then, a name that says it holds a secret (``*_TOKEN``, ``*_PASSWORD``, ``*_API_KEY``...) or is
 the spec's ``notify.secret_env`` is not recorded, and a value shaped like a secret has that part
-replaced by *** (mxc/compiler/secretscan.py). The rest of the environment is passed through to
+replaced by *** (mxc/node/secretscan.py). The rest of the environment is passed through to
 training but not written down.
 """
 
@@ -19,7 +19,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from mxc.compiler.secretscan import redact_secrets, secret_named
+from mxc.node.secretscan import redact_secrets, secret_named
 
 # Variables mxc itself sets or reads for a run (plans, sbatch exports, the bundle's scripts).
 MXC_NAMES = frozenset({

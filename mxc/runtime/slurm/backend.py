@@ -10,7 +10,8 @@ job, so two functions bring Slurm's view of it in:
   directory and folds both into a copy of the record. It writes no record, submits, cancels
   and sends nothing.
 * ``refresh`` (``mxc watch``, ``mxc cancel``) does the same, saves ``record.json`` (the final record
-  once the job ended), sends the alerts the change calls for and, where compute nodes
+  once the job ended), sends the alerts the change calls for that the job did not send itself
+  (its batch side alerts and writes its end: mxc/node/jobreport.py) and, where compute nodes
   cannot requeue (no scontrol) and the job left ``resubmit.request``, resubmits the same
   bundle into the same run: the bundle from the store, verified, with recomputed exports.
 """
@@ -31,10 +32,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mxc.compiler.secretscan import redact_secrets
 from mxc.errors import UserError, cannot_write
 from mxc.node.contract import RunContract
 from mxc.runtime import detections
+from mxc.node.secretscan import redact_secrets
 from mxc.runtime.backends import (
     DEFAULT_PYTHON,
     Plan,
@@ -48,7 +49,7 @@ from mxc.runtime.backends import (
 from mxc.runtime.metrics_merge import write_merged
 from mxc.runtime.provenance import hostfacts
 from mxc.runtime.provenance.environment import scrubbed
-from mxc.runtime.record import RunRecord, iso_time, now_iso
+from mxc.runtime.record import FINISHED, RunRecord, iso_time, now_iso
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.slurm import events as slurm_events
 from mxc.runtime.slurm import query as slurm_query
@@ -289,7 +290,9 @@ def _update(run: RunDir, record: RunRecord) -> dict[str, Any] | None:
     if merged.steps:
         record.steps, record.last_loss = merged.steps, merged.last_loss
     if not state.ended:
-        if state.state != "UNKNOWN":  # else keep what we knew (Slurm could not be asked just now)
+        # Keep what we knew when Slurm could not be asked just now, and the end the job wrote itself
+        # (mxc/node/jobreport.py) while Slurm still shows its batch step finishing.
+        if state.state != "UNKNOWN" and record.status not in FINISHED:
             record.status = state.status  # type: ignore[assignment]
         return None
     request = files.resubmit_request

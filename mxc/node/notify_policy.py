@@ -17,7 +17,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 
-from mxc.compiler.secretscan import redact_secrets
+from .secretscan import redact_secrets
 
 ALLOWED_URLS_ENV = "MXC_NOTIFY_ALLOWED_URLS"
 OFFICIAL_API = {"telegram": "https://api.telegram.org", "slack": "https://hooks.slack.com"}
