@@ -32,6 +32,7 @@ from mxc.compiler.check.runner import Checked, Lock, check_document, check_matri
 from mxc.compiler.errors import SpecError, SpecErrors
 from mxc.compiler.loader import Loaded, load_json
 from mxc.compiler.resolve import ReadRefused, load_file, resolve
+from mxc.compiler.schema import JobSpec
 from mxc.errors import UserError
 from mxc.specfiles import SpecFiles, read_spec, repository_of
 
@@ -203,6 +204,20 @@ def _matrix(path: str) -> Matrix:
     return parse_matrix(doc, path)
 
 
+def config_file_findings(doc: Loaded, path: str, spec: JobSpec | None) -> list[Finding]:
+    """model.config_file read as `mxc build` reads it (confined, a YAML mapping, the same model): what
+    would stop the build is a schema error here too."""
+    if spec is None or not spec.model.config_file:
+        return []
+    from mxc.compiler.config_file import read_config
+
+    try:
+        read_config(doc, path, spec.model.config_file, spec.model.model_name, SpecFiles.for_spec(path))
+    except SpecErrors as exc:
+        return [Finding(e.file, e.line, e.key, "schema", "error", e.message, e.suggestion, ()) for e in exc.errors]
+    return []
+
+
 def check_paths(opts: Options) -> Run:
     started = time.monotonic()
     report = Report()
@@ -267,6 +282,7 @@ def check_paths(opts: Options) -> Run:
                             findings=merge_matrix((x for r in results for x in r.findings), len(results)))
             return target, results
         result = check_document(doc, f, lock)
+        result.findings.extend(config_file_findings(doc, f, result.spec))
         extra = ("cue", "schema") if f in cue_docs else ("schema",)
         return Target(f, findings=result.findings, extra_checks=extra), [result]
 

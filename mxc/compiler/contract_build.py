@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from mxc.compiler import config_file
 from mxc.compiler.schema import JobSpec, Scalar
 from mxc.compiler.slurm import time_seconds
 from mxc.node.contract import (
@@ -32,7 +33,6 @@ from mxc.node.contract import (
     Train,
 )
 
-TRAINER_MODULE = "maxtext.trainers.pre_train.train"
 # Log lines of these blames are the infrastructure failing, not the job: a requeue can succeed.
 INFRASTRUCTURE_BLAMES = ("node", "network", "scheduler")
 PREFLIGHT_GRACE_S = 10
@@ -90,8 +90,10 @@ def _environment(spec: JobSpec, variables: Mapping[str, Scalar], flags: Mapping[
 
 
 def maxtext_args(spec: JobSpec) -> list[str]:
-    """MaxText's argv after the module: config file, model, overrides, checkpointing."""
-    args = [f"src/maxtext/configs/{spec.model.config}", f"model_name={spec.model.model_name}"]
+    """MaxText's argv after the module: config file, model, overrides, checkpointing. With
+    model.config_file the config is the bundle's copy, which the node program puts first (Train.config_file)."""
+    config = [] if spec.model.config_file else [f"{spec.code.entry.configs}/{spec.model.config}"]
+    args = [*config, f"model_name={spec.model.model_name}"]
     args += [f"{k}={override_text(v)}" for k, v in sorted(spec.model.overrides.items())]
     if spec.checkpoint.period:
         args += ["enable_checkpointing=true", f"checkpoint_period={spec.checkpoint.period}"]
@@ -154,12 +156,14 @@ def build_contract(spec: JobSpec) -> RunContract:
     rt = spec.runtime
     total = steps(spec)
     image = spec.image
+    entry = spec.code.entry.target
     return RunContract(
         format=FORMAT,
         name=spec.name,
         backend=rt.backend,
         nodes=spec.resources.nodes,
-        code=Code(repo=spec.code.repo, commit=spec.code.commit, maxtext_version=spec.code.maxtext_version),
+        code=Code(repo=spec.code.repo, commit=spec.code.commit, maxtext_version=spec.code.maxtext_version,
+                  from_image=spec.code.from_image),
         slurm=Slurm(directives=sbatch_directives(spec), modules=list(rt.modules), partition=spec.resources.partition,
                     time_limit_s=time_seconds(spec.resources.time), signal_seconds=rt.signal_seconds),
         stages=[
@@ -176,11 +180,14 @@ def build_contract(spec: JobSpec) -> RunContract:
                   step_pattern=STEP_PREFIX.pattern),
         checkpoint=Checkpoint(dir=spec.checkpoint.dir, period=spec.checkpoint.period),
         train=Train(
-            module=TRAINER_MODULE, steps=total, args=maxtext_args(spec),
+            module=entry[1] if entry[0] == "module" else "", steps=total, args=maxtext_args(spec),
             runtime_args=[RuntimeArg("run_name", "run_name"), RuntimeArg("base_output_directory", "output_dir"),
                           RuntimeArg("metrics_file", "metrics_file"), RuntimeArg("jax_cache_dir", "jax_cache")],
             distributed_args=distributed_args(spec), single_args=["skip_jax_distributed_system=true"],
             pythonpath=spec.code.pythonpath,
+            script=entry[1] if entry[0] == "script" else None,
+            config_file=config_file.bundle_name(spec.model.config_file) if spec.model.config_file else None,
+            workdir=spec.code.entry.workdir,
         ),
         env=environment(spec),
         rank_env=rank_environments(spec),

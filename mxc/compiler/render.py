@@ -15,7 +15,7 @@ import jinja2
 from mxc.compiler.contract_build import build_contract
 from mxc.compiler.precompiled import PrecompiledLoader
 from mxc.compiler.schema import JobSpec
-from mxc.node.typed import to_dict
+from mxc.node.typed import to_compact_dict
 
 TEMPLATE_VERSION = "2"
 NODE_PACKAGE = "mxc_node"  # the node program's directory in every bundle (mxc/node/*.py, verbatim)
@@ -58,7 +58,7 @@ def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = N
     context = {"spec": spec, "contract": contract, "template_version": TEMPLATE_VERSION, "node_package": NODE_PACKAGE}
     files = {
         "spec.json": spec_json,
-        "run.json": canonical_json(to_dict(contract)),
+        "run.json": canonical_json(to_compact_dict(contract)),
         "env.sh": _ENV.get_template("env.sh.j2").render(context),
         "entrypoint.sh": _ENV.get_template("entrypoint.sh.j2").render(context),
         "job.sbatch": _ENV.get_template("job.sbatch.j2").render(context),
