@@ -212,7 +212,8 @@ def config_file_findings(doc: Loaded, path: str, spec: JobSpec | None) -> list[F
     from mxc.compiler.config_file import read_config
 
     try:
-        read_config(doc, path, spec.model.config_file, spec.model.model_name, SpecFiles.for_spec(path))
+        read_config(doc, path, spec.model.config_file, spec.model.model_name, SpecFiles.for_spec(path),
+                    spec.checkpoint.period)
     except SpecErrors as exc:
         return [Finding(e.file, e.line, e.key, "schema", "error", e.message, e.suggestion, ()) for e in exc.errors]
     return []

@@ -218,3 +218,22 @@ def test_check_reports_a_config_file_that_would_stop_the_build(mxc: Mxc, spec: P
     [finding] = [f for f in json.loads(out.stdout)["findings"] if f["severity"] == "error"]
     assert (finding["key"], finding["line"], finding["rule"]) == ("model.config_file", 13, "schema")
     assert finding["message"].startswith("file not found:") and finding["message"].endswith("llama2-70b.gpu.yml")
+
+
+def test_steps_and_hardware_in_the_config_file_count_as_set(mxc: Mxc, mxc_home: Path, spec: Path) -> None:
+    """Without a steps override mxc follows the file's steps (15); its hardware stays the file's (no
+    hardware=gpu added); an override still wins."""
+    run = contract(build(mxc, mxc_home, spec, "model.overrides.steps=null"))
+    assert run["train"]["steps"] == 15 and run["restart"]["final_step"] == 14
+    assert run["train"]["distributed_args"] == ["skip_jax_distributed_system=false"]
+    assert contract(build(mxc, mxc_home, spec))["train"]["steps"] == 20
+
+
+def test_checkpointing_in_the_config_file_needs_checkpoint_period(mxc: Mxc, spec: Path, tmp_path: Path) -> None:
+    config = tmp_path / "configs" / "llama2-70b.gpu.yml"
+    config.write_text(config.read_text().replace("enable_checkpointing: False", "enable_checkpointing: True\n"
+                                                 "checkpoint_period: 50"))
+    out = mxc("build", str(spec), cwd=spec.parent)
+    assert out.returncode == 2 and "sets enable_checkpointing: true but checkpoint.period is 0" in out.stderr
+    assert "(set checkpoint.period: 50)" in out.stderr
+    assert mxc("build", str(spec), "--set", "checkpoint.period=50", cwd=spec.parent).returncode == 0

@@ -13,6 +13,7 @@ holds no ``base.yml``), and ``model.overrides`` on the command line apply on top
 from __future__ import annotations
 
 import posixpath
+from dataclasses import dataclass
 from typing import Any
 
 from mxc.compiler.errors import SpecErrors
@@ -36,9 +37,21 @@ def source_path(doc: Loaded, spec_path: str, relative: str) -> tuple[str, str, i
     return posixpath.normpath(posixpath.join(posixpath.dirname(base), relative)), file, line or None
 
 
-def read_config(doc: Loaded, spec_path: str, relative: str, model_name: str, read: Reader) -> dict[str, str]:
-    """The bundle file (name -> text) of ``model.config_file``; SpecErrors at the key's line when it
-    cannot be read, is not a YAML mapping, or names another model than ``model.model_name``."""
+@dataclass(frozen=True)
+class ConfigFile:
+    """model.config_file as read: its place in the bundle, its text, and its keys (for the decisions
+    the compiler takes from them: steps, hardware)."""
+
+    name: str
+    text: str
+    keys: dict[str, Any]
+
+
+def read_config(doc: Loaded, spec_path: str, relative: str, model_name: str, read: Reader,
+                checkpoint_period: int = 0) -> ConfigFile:
+    """``model.config_file``, read and checked; SpecErrors at the key's line when it cannot be read, is
+    not a YAML mapping, names another model than ``model.model_name``, or turns checkpointing on while
+    the spec does not (mxc passes enable_checkpointing from checkpoint.period, which would win)."""
     target, file, line = source_path(doc, spec_path, relative)
     key = ".".join(KEY)
     try:
@@ -57,7 +70,13 @@ def read_config(doc: Loaded, spec_path: str, relative: str, model_name: str, rea
         raise SpecErrors.one(file, line, key, f"{relative} sets model_name '{named}' but model.model_name is "
                              f"'{model_name}' (mxc passes model.model_name, which would win)",
                              f"set model.model_name: {named}")
-    return {bundle_name(relative): text}
+    wants = data.get("enable_checkpointing") is True
+    if wants and not checkpoint_period:
+        period = data.get("checkpoint_period")
+        raise SpecErrors.one(file, line, key, f"{relative} sets enable_checkpointing: true but checkpoint.period is 0 "
+                             "(mxc passes enable_checkpointing from checkpoint.period, which would win)",
+                             f"set checkpoint.period: {period}" if isinstance(period, int) else "set checkpoint.period")
+    return ConfigFile(bundle_name(relative), text, data)
 
 
 def config_keys(text: str, name: str = "config file") -> dict[str, Any]:

@@ -9,6 +9,7 @@ names: ``RuntimeArg`` and the run-directory layout (mxc/node/layout.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from mxc.compiler import config_file
 from mxc.compiler.schema import JobSpec, Scalar
@@ -102,8 +103,9 @@ def maxtext_args(spec: JobSpec) -> list[str]:
     return args
 
 
-def steps(spec: JobSpec) -> int | None:
-    value = spec.model.overrides.get("steps")
+def steps(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) -> int | None:
+    """The steps MaxText will train: model.overrides.steps, else the config file's (the overrides win there too)."""
+    value = spec.model.overrides.get("steps", (config_keys or {}).get("steps"))
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -129,13 +131,15 @@ def sbatch_directives(spec: JobSpec) -> list[str]:
     return out + list(r.sbatch_extra)
 
 
-def distributed_args(spec: JobSpec) -> list[str]:
+def distributed_args(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) -> list[str]:
     """MaxText's GPU path runs jax.distributed.initialize from JAX_COORDINATOR_*/NNODES/NODE_RANK
-    (it works on CPU too); with jax.distributed up, MaxText answers SIGTERM with a checkpoint."""
+    (it works on CPU too); with jax.distributed up, MaxText answers SIGTERM with a checkpoint. What the
+    spec sets, in model.overrides or its config file, stays as set."""
+    given = set(spec.model.overrides) | set(config_keys or {})
     args = ["skip_jax_distributed_system=false"]
-    if "hardware" not in spec.model.overrides:
+    if "hardware" not in given:
         args.append("hardware=gpu")
-    if spec.checkpoint.period and "enable_autocheckpoint" not in spec.model.overrides:
+    if spec.checkpoint.period and "enable_autocheckpoint" not in given:
         args.append("enable_autocheckpoint=true")
     return args
 
@@ -150,11 +154,12 @@ def infrastructure_patterns() -> list[InfraPattern]:
             for cause, blame, regex in catalog.raw_patterns(INFRASTRUCTURE_BLAMES)]
 
 
-def build_contract(spec: JobSpec) -> RunContract:
+def build_contract(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) -> RunContract:
+    """``config_keys``: the keys of model.config_file, where the spec has one."""
     from mxc.runtime.trainlog import STEP_PREFIX
 
     rt = spec.runtime
-    total = steps(spec)
+    total = steps(spec, config_keys)
     image = spec.image
     entry = spec.code.entry.target
     return RunContract(
@@ -183,7 +188,7 @@ def build_contract(spec: JobSpec) -> RunContract:
             module=entry[1] if entry[0] == "module" else "", steps=total, args=maxtext_args(spec),
             runtime_args=[RuntimeArg("run_name", "run_name"), RuntimeArg("base_output_directory", "output_dir"),
                           RuntimeArg("metrics_file", "metrics_file"), RuntimeArg("jax_cache_dir", "jax_cache")],
-            distributed_args=distributed_args(spec), single_args=["skip_jax_distributed_system=true"],
+            distributed_args=distributed_args(spec, config_keys), single_args=["skip_jax_distributed_system=true"],
             pythonpath=spec.code.pythonpath,
             script=entry[1] if entry[0] == "script" else None,
             config_file=config_file.bundle_name(spec.model.config_file) if spec.model.config_file else None,

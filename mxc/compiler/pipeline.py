@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mxc.compiler.check.build_gate import build_errors
 from mxc.compiler.config_file import read_config
@@ -64,10 +65,13 @@ def compile_document(
     rejected = build_errors(doc, path, spec)
     if rejected:
         raise SpecErrors(rejected)
+    config_keys: dict[str, Any] = {}
     if spec.model.config_file:
         if read is None:
             raise SpecErrors.one(path, None, "model.config_file", "this spec's files cannot be read from here")
-        extra.update(read_config(doc, path, spec.model.config_file, spec.model.model_name, read))
-    files = render(spec, spec_document(spec), extra)
+        config = read_config(doc, path, spec.model.config_file, spec.model.model_name, read, spec.checkpoint.period)
+        extra[config.name] = config.text
+        config_keys = config.keys
+    files = render(spec, spec_document(spec), extra, config_keys)
     manifest = build_manifest(files, mxc_version)
     return Bundle(spec, {**files, MANIFEST: manifest}, bundle_hash(manifest))

@@ -7,6 +7,7 @@ and one quoting filter, ``sq``, for every value that reaches a shell script.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
@@ -52,9 +53,10 @@ def node_program() -> dict[str, str]:
             if entry.name.endswith(".py") and entry.is_file()}
 
 
-def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = None) -> dict[str, str]:
-    """All bundle files but the manifest, by name."""
-    contract = build_contract(spec)
+def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = None,
+           config_keys: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """All bundle files but the manifest, by name. ``config_keys``: those of model.config_file."""
+    contract = build_contract(spec, config_keys or {})
     context = {"spec": spec, "contract": contract, "template_version": TEMPLATE_VERSION, "node_package": NODE_PACKAGE}
     files = {
         "spec.json": spec_json,

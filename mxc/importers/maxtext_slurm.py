@@ -243,19 +243,18 @@ def _take(result: EnvImport, file: str, number: int, line: str, var: str, value:
 
 @dataclass(frozen=True)
 class ConfigFacts:
-    """What the spec needs from the model config: its model and the numbers mxc itself acts on."""
+    """What the spec needs from the model config: its model and the numbers mxc itself acts on (steps
+    mxc reads from the file itself, mxc/compiler/config_file.py)."""
 
     model_name: str
-    steps: int | None
     checkpoint_period: int
     nodes: int
     keys: int
 
 
 def config_facts(data: dict[str, Any]) -> ConfigFacts:
-    """From the parsed ``<model>.gpu.yml``: model_name (MaxText's default: 'default'), steps, checkpointing,
+    """From the parsed ``<model>.gpu.yml``: model_name (MaxText's default: 'default'), checkpointing,
     and the nodes the dcn_* parallelism asks for (their product; -1 fills whatever is there, so counts 1)."""
-    steps = data.get("steps")
     period = data.get("checkpoint_period") if data.get("enable_checkpointing") is True else 0
     nodes = 1
     for key, value in data.items():
@@ -263,7 +262,6 @@ def config_facts(data: dict[str, Any]) -> ConfigFacts:
             nodes *= value
     return ConfigFacts(
         model_name=str(data.get("model_name") or "default"),
-        steps=steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None,
         checkpoint_period=period if isinstance(period, int) and not isinstance(period, bool) and period > 0 else 0,
         nodes=nodes,
         keys=len(data),
@@ -315,8 +313,6 @@ def spec_text(i: SpecInputs) -> str:
         f"  model_name: {_q(i.facts.model_name)}",
         f"  config_file: {i.config_name}",
     ]
-    if i.facts.steps is not None:
-        lines += ["  overrides:", f"    steps: {i.facts.steps}    # as in the config file: mxc follows progress by it"]
     lines.append("env:")
     if i.env.xla_flags:
         lines.append("  xla_flags:")
