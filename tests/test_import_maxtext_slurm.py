@@ -10,6 +10,7 @@ out must be exactly what it reported, by file and line.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,10 @@ from typing import Any
 import pytest
 
 from mxc.importers import maxtext_slurm as ms
-from tests.conftest import Mxc
+from tests.conftest import REPO, Mxc
+from tests.registry_support import manifest_digest, push, registry
+
+__all__ = ["registry"]  # the fixture, imported for the test below
 
 FIXTURES = Path(__file__).parent / "fixtures" / "maxtext_slurm"
 CONFIGS = sorted(p.name.removesuffix(".gpu.yml") for p in (FIXTURES / "configs").glob("*.gpu.yml"))
@@ -194,3 +198,32 @@ export MAXTEXT_PATCH_BRANCH=topic
         (16, "a heredoc block"),
         (20, "a MaxText-Slurm launcher setting"),
     ]
+
+
+def test_an_imported_spec_is_locked_and_built_locked(mxc: Mxc, mxc_home: Path, registry: str, tmp_path: Path) -> None:
+    """Without --digest, `mxc lock` resolves the image tag (a real registry here) and `mxc build --locked`
+    builds the spec with its config file: the image's MaxText, pinned by the digest the lock found."""
+    push(registry, "rocm/jax-training", "maxtext-v26.2", {"maxtext.txt": b"image MaxText"}, tmp_path)
+    digest, _ = manifest_digest(registry, "rocm/jax-training", "maxtext-v26.2", "application/vnd.oci.image.manifest.v1+json")
+    root = tmp_path / "proj"
+    (root / "lockfiles").mkdir(parents=True)
+    (root / ".git").mkdir()
+    shutil.copyfile(REPO / "lockfiles" / "requirements-train.txt", root / "lockfiles" / "requirements-train.txt")
+    out = mxc("import", "maxtext-slurm", str(FIXTURES / "configs" / "qwen3-30b-a3b.gpu.yml"), "--env",
+              str(FIXTURES / "train_env.sh"), "--image", f"{registry}/rocm/jax-training:maxtext-v26.2",
+              "-o", "specs/qwen3.yaml", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert "mxc lock specs/qwen3.yaml && mxc build --locked specs/qwen3.yaml" in out.stderr
+    assert mxc("build", "specs/qwen3.yaml", cwd=root).returncode == 2, "not pinned until locked"
+    locked = mxc("lock", "specs/qwen3.yaml", cwd=root)
+    assert locked.returncode == 0, locked.stderr
+    lock = json.loads((root / "lockfiles" / "qwen3.lock.json").read_text())
+    assert lock["image"]["digest"] == digest and lock["code"] == {}, "no code to pin: it is the image's"
+    assert "python" not in lock, "the image digest pins the Python environment"
+    built = mxc("build", "--locked", "specs/qwen3.yaml", "-q", cwd=root)
+    assert built.returncode == 0, built.stderr
+    bundle = mxc_home / "bundles" / built.stdout.strip().splitlines()[-1]
+    run = json.loads((bundle / "run.json").read_text())
+    assert run["container"]["image_digest"] == digest and run["code"]["from_image"] is True
+    assert (bundle / "model" / "qwen3-30b-a3b.gpu.yml").read_bytes() == \
+        (FIXTURES / "configs" / "qwen3-30b-a3b.gpu.yml").read_bytes()
