@@ -237,3 +237,16 @@ def test_checkpointing_in_the_config_file_needs_checkpoint_period(mxc: Mxc, spec
     assert out.returncode == 2 and "sets enable_checkpointing: true but checkpoint.period is 0" in out.stderr
     assert "(set checkpoint.period: 50)" in out.stderr
     assert mxc("build", str(spec), "--set", "checkpoint.period=50", cwd=spec.parent).returncode == 0
+
+
+def test_the_probe_keeps_every_argument_with_a_config_file() -> None:
+    """`mxc check --probe` runs MaxText's argv without the config path: with a config file there is none
+    to drop, so model_name and the overrides all stay."""
+    import yaml
+
+    from mxc.compiler.check.probe_plan import maxtext_case
+    from mxc.compiler.schema import JobSpec
+
+    spec = JobSpec.model_validate(yaml.safe_load(SPEC))
+    _, argv, devices = maxtext_case(spec)
+    assert argv[:3] == ("model_name=llama2-70b", "steps=20", "enable_checkpointing=false") and devices == 16
