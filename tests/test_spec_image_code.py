@@ -250,3 +250,11 @@ def test_the_probe_keeps_every_argument_with_a_config_file() -> None:
     spec = JobSpec.model_validate(yaml.safe_load(SPEC))
     _, argv, devices = maxtext_case(spec)
     assert argv[:3] == ("model_name=llama2-70b", "steps=20", "enable_checkpointing=false") and devices == 16
+
+
+def test_the_confirmation_names_the_image_as_the_code(mxc: Mxc, mxc_home: Path, spec: Path) -> None:
+    from mxc.cli import confirm
+    from mxc.node import contract as node_contract
+
+    run = node_contract.parse((build(mxc, mxc_home, spec) / "run.json").read_text())
+    assert confirm._code(run) == f"the image's MaxText (docker.io/rocm/jax-training:maxtext-v26.2@{DIGEST[:19]})"
