@@ -45,6 +45,7 @@ class ConfigFile:
     name: str
     text: str
     keys: dict[str, Any]
+    lines: dict[Any, tuple[str, int]]  # (key,) -> (the file as read, line), for findings inside it
 
 
 def read_config(doc: Loaded, spec_path: str, relative: str, model_name: str, read: Reader,
@@ -64,7 +65,8 @@ def read_config(doc: Loaded, spec_path: str, relative: str, model_name: str, rea
     except OSError as exc:
         raise SpecErrors.one(file, line, key, f"cannot read {target}: {exc.strerror or exc}") from None
     text = decode(target, raw)
-    data = load_yaml(target, text).data  # its own errors name the config file and line
+    loaded = load_yaml(target, text)  # its own errors name the config file and line
+    data = loaded.data
     named = data.get("model_name")
     if named is not None and str(named) != model_name:
         raise SpecErrors.one(file, line, key, f"{relative} sets model_name '{named}' but model.model_name is "
@@ -76,7 +78,7 @@ def read_config(doc: Loaded, spec_path: str, relative: str, model_name: str, rea
         raise SpecErrors.one(file, line, key, f"{relative} sets enable_checkpointing: true but checkpoint.period is 0 "
                              "(mxc passes enable_checkpointing from checkpoint.period, which would win)",
                              f"set checkpoint.period: {period}" if isinstance(period, int) else "set checkpoint.period")
-    return ConfigFile(bundle_name(relative), text, data)
+    return ConfigFile(bundle_name(relative), text, data, dict(loaded.lines))
 
 
 def config_keys(text: str, name: str = "config file") -> dict[str, Any]:
