@@ -231,3 +231,17 @@ def test_an_imported_spec_is_locked_and_built_locked(mxc: Mxc, mxc_home: Path, r
     assert run["container"]["image_digest"] == digest and run["code"]["from_image"] is True
     assert (bundle / "model" / "qwen3-30b-a3b.gpu.yml").read_bytes() == \
         (FIXTURES / "configs" / "qwen3-30b-a3b.gpu.yml").read_bytes()
+
+
+def test_nothing_in_an_env_file_or_a_path_can_add_keys_through_the_report(mxc: Mxc, tmp_path: Path) -> None:
+    """Lines left out are quoted in comments: a path or line holding a YAML line break stays inside its comment."""
+    weird = tmp_path / "env\u2028name: evil.sh"
+    weird.write_text("export A=$(x)\u0085schema: nope\n")
+    spec = tmp_path / "out" / "llama2-70b.yaml"
+    out = mxc("import", "maxtext-slurm", str(FIXTURES / "configs" / "llama2-70b.gpu.yml"), "--env", str(weird),
+              "-o", str(spec), "--digest", DIGEST, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = spec.read_text()
+    assert "\u2028" not in text and "\x85" not in text and "\\u2028name: evil.sh" in text
+    assert [line for line in text.splitlines() if line.startswith(("name:", "schema:"))] == \
+        ["schema: mxc/v1", "name: llama2-70b"]

@@ -24,6 +24,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from mxc.compiler.errors import printable
+
 # What MaxText-Slurm runs: the image its container_env.sh names and where MaxText lives in it.
 DEFAULT_IMAGE = "docker.io/rocm/jax-training:maxtext-v26.2"
 IMAGE_WORKDIR = "/workspace/maxtext"
@@ -289,8 +291,8 @@ class SpecInputs:
 def spec_text(i: SpecInputs) -> str:
     """The spec, laid out for review: where each part came from, in comments."""
     lines = [
-        f"# Imported from MaxText-Slurm by `mxc import maxtext-slurm` ({i.config_source}"
-        + (", " + ", ".join(i.env.sources) if i.env.sources else "") + ").",
+        printable(f"# Imported from MaxText-Slurm by `mxc import maxtext-slurm` ({i.config_source}"
+                  + (", " + ", ".join(i.env.sources) if i.env.sources else "") + ")."),
         "# The model config travels verbatim (model.config_file); the env files' settings are below.",
         "schema: mxc/v1",
         f"name: {i.name}",
@@ -336,5 +338,6 @@ def spec_text(i: SpecInputs) -> str:
     if i.env.skipped:
         lines.append("# Not imported (set what they do in the spec if you need it):")
         for s in i.env.skipped:
-            lines += [f"#   {s.file}:{s.line}: {s.text[:160]}", f"#     {s.why}"]
+            # printable: a comment stays one line, whatever bytes the file or its path held
+            lines += [printable(f"#   {s.file}:{s.line}: {s.text[:160]}"), printable(f"#     {s.why}")]
     return "\n".join(lines) + "\n"
