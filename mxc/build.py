@@ -14,5 +14,5 @@ def compile_file(path: str, overrides: tuple[str, ...] = ()) -> Bundle:
     if path.endswith(".cue"):
         from mxc.checking import load_cue
 
-        return compile_document(load_cue(path), path, overrides, mxc_version=__version__)
+        return compile_document(load_cue(path), path, overrides, mxc_version=__version__, read=SpecFiles.for_spec(path))
     return compile_spec(path, SpecFiles.for_spec(path), overrides, mxc_version=__version__)

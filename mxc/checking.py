@@ -203,6 +203,39 @@ def _matrix(path: str) -> Matrix:
     return parse_matrix(doc, path)
 
 
+CONFIG_FILE_KEY = "maxtext-config-file-key"
+
+
+def config_file_findings(doc: Loaded, path: str, checked: Checked) -> list[Finding]:
+    """model.config_file read as `mxc build` reads it (confined, a YAML mapping, the same model; what would
+    stop the build is a schema error here too), and each of its keys judged by the spec's MaxText key
+    catalog, as model.overrides are: a warning, since what a MaxText does with a key it does not know in
+    its config file depends on its version."""
+    spec = checked.spec
+    if spec is None or not spec.model.config_file:
+        return []
+    from mxc.compiler.config_file import read_config
+    from mxc.compiler.errors import did_you_mean
+
+    try:
+        config = read_config(doc, path, spec.model.config_file, spec.model.model_name, SpecFiles.for_spec(path),
+                             spec.checkpoint.period)
+    except SpecErrors as exc:
+        return [Finding(e.file, e.line, e.key, "schema", "error", e.message, e.suggestion, ()) for e in exc.errors]
+    catalog = checked.subject.maxtext if checked.subject is not None else None
+    if catalog is None:
+        return []
+    findings = []
+    for key in config.keys:
+        if key == "base_config" or key in catalog.keys:
+            continue
+        file, line = config.lines.get((key,), (path, 0))
+        findings.append(Finding(file, line or None, key, CONFIG_FILE_KEY, "warning",
+                                f"'{key}' is not a MaxText {catalog.version} config key",
+                                did_you_mean(key, catalog.keys) or "code.maxtext_catalog names the MaxText that runs"))
+    return findings
+
+
 def check_paths(opts: Options) -> Run:
     started = time.monotonic()
     report = Report()
@@ -267,6 +300,7 @@ def check_paths(opts: Options) -> Run:
                             findings=merge_matrix((x for r in results for x in r.findings), len(results)))
             return target, results
         result = check_document(doc, f, lock)
+        result.findings.extend(config_file_findings(doc, f, result))
         extra = ("cue", "schema") if f in cue_docs else ("schema",)
         return Target(f, findings=result.findings, extra_checks=extra), [result]
 

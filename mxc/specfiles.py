@@ -22,7 +22,8 @@ from pathlib import Path
 from mxc.compiler.limits import MAX_FILE_BYTES
 from mxc.compiler.resolve import ReadRefused
 
-CONFINEMENT_HINT = "extends and a sweep's spec: reach only files of the spec's git work tree (else of its directory)"
+CONFINEMENT_HINT = ("extends, model.config_file and a sweep's spec: reach only files of the spec's git work tree "
+                    "(else of its directory)")
 
 
 def repository_of(path: str | Path) -> Path:

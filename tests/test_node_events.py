@@ -12,7 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mxc.compiler import compile_spec
 from mxc.node import contract, events
-from mxc.node.typed import InvalidData, from_dict, to_dict
+from mxc.node.typed import InvalidData, from_dict, to_compact_dict
 from mxc.runtime import contract as mxc_contract
 from mxc.runtime.slurm.events import BATCH_ADAPTER, RANK_ADAPTER, read_events
 from tests.conftest import RUNNABLE_SPECS
@@ -29,7 +29,7 @@ def test_contract_round_trip(spec: Path) -> None:
     node_side = contract.parse(text)
     mxc_side = mxc_contract.parse(text)
     assert node_side == mxc_side
-    assert json.loads(text) == json.loads(json.dumps(to_dict(node_side)))
+    assert json.loads(text) == json.loads(json.dumps(to_compact_dict(node_side)))
     assert node_side.format == contract.FORMAT and [s.name for s in node_side.stages] == [
         "preflight", "image", "barrier", "train"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -174,9 +175,23 @@ def _load_side(ref: str) -> tuple[dict[str, Any], dict[str, str], str]:
         from mxc.build import compile_file
 
         bundle = compile_file(ref)
-        return json.loads(bundle.files["spec.json"]), manifest_files(bundle.files[MANIFEST]), ref
+        spec = _with_config_file(json.loads(bundle.files["spec.json"]), bundle.files.get)
+        return spec, manifest_files(bundle.files[MANIFEST]), ref
     stored = store().get(ref)
-    return stored.spec(), stored.files(), stored.hash[:12]
+    return _with_config_file(stored.spec(), stored.read), stored.files(), stored.hash[:12]
+
+
+def _with_config_file(spec: dict[str, Any], read: Callable[[str], str | None]) -> dict[str, Any]:
+    """model.config_file as {path, content: its keys}, so a diff names the keys changed inside the file."""
+    from mxc.compiler.config_file import bundle_name, config_keys
+
+    model = spec.get("model")
+    path = model.get("config_file") if isinstance(model, dict) else None
+    if not isinstance(model, dict) or not isinstance(path, str):
+        return spec
+    text = read(bundle_name(path))
+    content = config_keys(text, path) if text is not None else {}
+    return {**spec, "model": {**model, "config_file": {"path": path, "content": content}}}
 
 
 def _diff(args: argparse.Namespace) -> int:

@@ -39,6 +39,9 @@ def _code(contract: RunContract) -> str:
     code = contract.code
     if code.repo and code.commit:
         return f"{code.repo} @ {code.commit[:12]}"
+    if code.from_image:
+        digest = (contract.container.image_digest or "")[:19]
+        return f"the image's MaxText ({contract.container.image_ref}@{digest})"
     if code.maxtext_version:
         return f"maxtext {code.maxtext_version} (installed release)"
     return "the installed maxtext (not pinned)"

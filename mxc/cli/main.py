@@ -16,7 +16,7 @@ from mxc import __version__
 # One module per group of commands; each has register(subparsers).
 COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.watch", "mxc.cli.wait", "mxc.cli.lock",
                    "mxc.cli.check", "mxc.cli.triage", "mxc.cli.observe", "mxc.cli.completion",
-                   "mxc.cli.housekeeping", "mxc.cli.stacks")
+                   "mxc.cli.housekeeping", "mxc.cli.stacks", "mxc.cli.importing")
 
 DESCRIPTION = """\
 Compile MaxText training job specs into immutable, hash-addressed bundles, and run them.
@@ -48,6 +48,7 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc completion bash|zsh|fish  a shell completion script (commands, options, run ids, bundle prefixes)
   mxc gc --older-than 30d       what old runs, bundles, code and images would go (--yes removes them)
   mxc rm RUN|BUNDLE...          remove named runs and bundles (never a live run)
+  mxc import maxtext-slurm CONFIG.gpu.yml --env train_env.sh   a MaxText-Slurm config as an mxc spec
 
 Exit codes: 0 success, 1 a check found a difference or a problem, 2 bad input.
 """

@@ -9,7 +9,9 @@ names: ``RuntimeArg`` and the run-directory layout (mxc/node/layout.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+from mxc.compiler import config_file
 from mxc.compiler.schema import JobSpec, Scalar
 from mxc.compiler.slurm import time_seconds
 from mxc.node.contract import (
@@ -33,7 +35,6 @@ from mxc.node.contract import (
     Train,
 )
 
-TRAINER_MODULE = "maxtext.trainers.pre_train.train"
 # Log lines of these blames are the infrastructure failing, not the job: a requeue can succeed.
 INFRASTRUCTURE_BLAMES = ("node", "network", "scheduler")
 PREFLIGHT_GRACE_S = 10
@@ -91,8 +92,10 @@ def _environment(spec: JobSpec, variables: Mapping[str, Scalar], flags: Mapping[
 
 
 def maxtext_args(spec: JobSpec) -> list[str]:
-    """MaxText's argv after the module: config file, model, overrides, checkpointing."""
-    args = [f"src/maxtext/configs/{spec.model.config}", f"model_name={spec.model.model_name}"]
+    """MaxText's argv after the module: config file, model, overrides, checkpointing. With
+    model.config_file the config is the bundle's copy, which the node program puts first (Train.config_file)."""
+    config = [] if spec.model.config_file else [f"{spec.code.entry.configs}/{spec.model.config}"]
+    args = [*config, f"model_name={spec.model.model_name}"]
     args += [f"{k}={override_text(v)}" for k, v in sorted(spec.model.overrides.items())]
     if spec.checkpoint.period:
         args += ["enable_checkpointing=true", f"checkpoint_period={spec.checkpoint.period}"]
@@ -101,8 +104,9 @@ def maxtext_args(spec: JobSpec) -> list[str]:
     return args
 
 
-def steps(spec: JobSpec) -> int | None:
-    value = spec.model.overrides.get("steps")
+def steps(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) -> int | None:
+    """The steps MaxText will train: model.overrides.steps, else the config file's (the overrides win there too)."""
+    value = spec.model.overrides.get("steps", (config_keys or {}).get("steps"))
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -128,13 +132,15 @@ def sbatch_directives(spec: JobSpec) -> list[str]:
     return out + list(r.sbatch_extra)
 
 
-def distributed_args(spec: JobSpec) -> list[str]:
+def distributed_args(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) -> list[str]:
     """MaxText's GPU path runs jax.distributed.initialize from JAX_COORDINATOR_*/NNODES/NODE_RANK
-    (it works on CPU too); with jax.distributed up, MaxText answers SIGTERM with a checkpoint."""
+    (it works on CPU too); with jax.distributed up, MaxText answers SIGTERM with a checkpoint. What the
+    spec sets, in model.overrides or its config file, stays as set."""
+    given = set(spec.model.overrides) | set(config_keys or {})
     args = ["skip_jax_distributed_system=false"]
-    if "hardware" not in spec.model.overrides:
+    if "hardware" not in given:
         args.append("hardware=gpu")
-    if spec.checkpoint.period and "enable_autocheckpoint" not in spec.model.overrides:
+    if spec.checkpoint.period and "enable_autocheckpoint" not in given:
         args.append("enable_autocheckpoint=true")
     return args
 
@@ -149,18 +155,21 @@ def infrastructure_patterns() -> list[InfraPattern]:
             for cause, blame, regex in catalog.raw_patterns(INFRASTRUCTURE_BLAMES)]
 
 
-def build_contract(spec: JobSpec) -> RunContract:
+def build_contract(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) -> RunContract:
+    """``config_keys``: the keys of model.config_file, where the spec has one."""
     from mxc.runtime.trainlog import STEP_PREFIX
 
     rt = spec.runtime
-    total = steps(spec)
+    total = steps(spec, config_keys)
     image = spec.image
+    entry = spec.code.entry.target
     return RunContract(
         format=FORMAT,
         name=spec.name,
         backend=rt.backend,
         nodes=spec.resources.nodes,
-        code=Code(repo=spec.code.repo, commit=spec.code.commit, maxtext_version=spec.code.maxtext_version),
+        code=Code(repo=spec.code.repo, commit=spec.code.commit, maxtext_version=spec.code.maxtext_version,
+                  from_image=spec.code.from_image),
         slurm=Slurm(directives=sbatch_directives(spec), modules=list(rt.modules), partition=spec.resources.partition,
                     time_limit_s=time_seconds(spec.resources.time), signal_seconds=rt.signal_seconds),
         stages=[
@@ -177,11 +186,14 @@ def build_contract(spec: JobSpec) -> RunContract:
                   step_pattern=STEP_PREFIX.pattern),
         checkpoint=Checkpoint(dir=spec.checkpoint.dir, period=spec.checkpoint.period),
         train=Train(
-            module=TRAINER_MODULE, steps=total, args=maxtext_args(spec),
+            module=entry[1] if entry[0] == "module" else "", steps=total, args=maxtext_args(spec),
             runtime_args=[RuntimeArg("run_name", "run_name"), RuntimeArg("base_output_directory", "output_dir"),
                           RuntimeArg("metrics_file", "metrics_file"), RuntimeArg("jax_cache_dir", "jax_cache")],
-            distributed_args=distributed_args(spec), single_args=["skip_jax_distributed_system=true"],
+            distributed_args=distributed_args(spec, config_keys), single_args=["skip_jax_distributed_system=true"],
             pythonpath=spec.code.pythonpath,
+            script=entry[1] if entry[0] == "script" else None,
+            config_file=config_file.bundle_name(spec.model.config_file) if spec.model.config_file else None,
+            workdir=spec.code.entry.workdir,
         ),
         env=environment(spec),
         rank_env=rank_environments(spec),

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mxc.compiler.check.build_gate import build_errors
+from mxc.compiler.config_file import read_config
 from mxc.compiler.errors import SpecErrors
 from mxc.compiler.loader import Loaded
 from mxc.compiler.lockfile import LOCK_FILE, Lock, apply_lock, lock_document
@@ -41,14 +43,16 @@ def compile_spec(
     path: str, read: Reader, overrides: tuple[str, ...] = (), *, mxc_version: str, lock: tuple[str, Lock] | None = None
 ) -> Bundle:
     """Compile ``path``; with ``lock`` (its name and content), pins come from the lockfile and it joins the bundle."""
-    return compile_document(resolve(path, read), path, overrides, mxc_version=mxc_version, lock=lock)
+    return compile_document(resolve(path, read), path, overrides, mxc_version=mxc_version, lock=lock, read=read)
 
 
 def compile_document(
-    doc: Loaded, path: str, overrides: tuple[str, ...] = (), *, mxc_version: str, lock: tuple[str, Lock] | None = None
+    doc: Loaded, path: str, overrides: tuple[str, ...] = (), *, mxc_version: str, lock: tuple[str, Lock] | None = None,
+    read: Reader | None = None,
 ) -> Bundle:
     """Compile a loaded document: a YAML spec resolved here, or a .cue spec exported by CUE (mxc/checking.py),
-    so both front ends share every later stage."""
+    so both front ends share every later stage. ``read`` reads the files a spec names besides itself
+    (model.config_file); without it, a spec naming one is refused."""
     apply_overrides(doc, overrides)
     extra: dict[str, str] = {}
     if lock is not None:
@@ -61,6 +65,13 @@ def compile_document(
     rejected = build_errors(doc, path, spec)
     if rejected:
         raise SpecErrors(rejected)
-    files = render(spec, spec_document(spec), extra)
+    config_keys: dict[str, Any] = {}
+    if spec.model.config_file:
+        if read is None:
+            raise SpecErrors.one(path, None, "model.config_file", "this spec's files cannot be read from here")
+        config = read_config(doc, path, spec.model.config_file, spec.model.model_name, read, spec.checkpoint.period)
+        extra[config.name] = config.text
+        config_keys = config.keys
+    files = render(spec, spec_document(spec), extra, config_keys)
     manifest = build_manifest(files, mxc_version)
     return Bundle(spec, {**files, MANIFEST: manifest}, bundle_hash(manifest))

@@ -7,6 +7,7 @@ and one quoting filter, ``sq``, for every value that reaches a shell script.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
@@ -15,7 +16,7 @@ import jinja2
 from mxc.compiler.contract_build import build_contract
 from mxc.compiler.precompiled import PrecompiledLoader
 from mxc.compiler.schema import JobSpec
-from mxc.node.typed import to_dict
+from mxc.node.typed import to_compact_dict
 
 TEMPLATE_VERSION = "2"
 NODE_PACKAGE = "mxc_node"  # the node program's directory in every bundle (mxc/node/*.py, verbatim)
@@ -52,13 +53,14 @@ def node_program() -> dict[str, str]:
             if entry.name.endswith(".py") and entry.is_file()}
 
 
-def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = None) -> dict[str, str]:
-    """All bundle files but the manifest, by name."""
-    contract = build_contract(spec)
+def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = None,
+           config_keys: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """All bundle files but the manifest, by name. ``config_keys``: those of model.config_file."""
+    contract = build_contract(spec, config_keys or {})
     context = {"spec": spec, "contract": contract, "template_version": TEMPLATE_VERSION, "node_package": NODE_PACKAGE}
     files = {
         "spec.json": spec_json,
-        "run.json": canonical_json(to_dict(contract)),
+        "run.json": canonical_json(to_compact_dict(contract)),
         "env.sh": _ENV.get_template("env.sh.j2").render(context),
         "entrypoint.sh": _ENV.get_template("entrypoint.sh.j2").render(context),
         "job.sbatch": _ENV.get_template("job.sbatch.j2").render(context),

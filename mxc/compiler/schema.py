@@ -45,6 +45,9 @@ Port = Annotated[int, Field(ge=1024, le=65535)]
 # may appear inside a path; nor whitespace or control characters.
 CONTAINER_PATH = r"^/[^:,\s]*$"
 MOUNT_PATTERN = r"^/[^:,\s]*:/[^:,\s]*(:ro)?$"
+# model.config_file: relative (no leading '/', no '..' component), ending in .yml: MaxText takes its
+# first argument as the config file only when it ends so.
+CONFIG_FILE_PATTERN = r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*\.yml$"
 Interface = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
 # A value that lands on an #SBATCH line: sbatch parses those itself, so no quoting can help;
 # forbid whitespace and shell metacharacters instead.
@@ -94,14 +97,70 @@ class Image(Strict):
     )
 
 
+# The upstream MaxText layout (the default training entry) and a dotted Python module name.
+UPSTREAM_MODULE = "maxtext.trainers.pre_train.train"
+UPSTREAM_CONFIGS = "src/maxtext/configs"
+MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+# A path relative to the training's working directory: no leading '/', nothing a shell splits
+# (a '..' component is refused by up_and_out).
+RELATIVE_PATH = r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$"
+
+
+def up_and_out(path: str | None) -> bool:
+    """A relative path with a '..' component: it could leave the directory it is relative to."""
+    return path is not None and ".." in path.split("/")
+
+
+class Entry(Strict):
+    """How training starts: a Python module (``python -m``) or a script, then MaxText's config file.
+
+    The default is upstream MaxText's layout; the MaxText inside ROCm's ``rocm/jax-training`` images
+    is started as ``MaxText.train`` (or ``MaxText/train.py``) with its configs in ``MaxText/configs``."""
+
+    module: str | None = Field(None, pattern=MODULE_PATTERN,
+                               description=f"Python module run with -m (default {UPSTREAM_MODULE}; ROCm images: MaxText.train)")
+    script: str | None = Field(None, pattern=RELATIVE_PATH,
+                               description="instead of module: a .py script, relative to the working directory, "
+                               "e.g. MaxText/train.py")
+    configs: str = Field(UPSTREAM_CONFIGS, pattern=RELATIVE_PATH,
+                         description="directory that model.config is relative to, from the working directory "
+                         "(ROCm images: MaxText/configs); unused with model.config_file")
+    workdir: str | None = Field(None, pattern=CONTAINER_PATH,
+                                description="with code.from_image: the working directory inside the container, where "
+                                "MaxText lives (ROCm images: /workspace/maxtext); default: the image's own")
+
+    @model_validator(mode="after")
+    def _one_entry(self) -> Self:
+        for key in ("script", "configs"):
+            if up_and_out(getattr(self, key)):
+                raise ValueError(f"{key}: a path inside the working directory, without '..'")
+        if self.module is not None and self.script is not None:
+            raise ValueError("script: name either code.entry.module or code.entry.script, not both")
+        if self.script is not None and not self.script.endswith(".py"):
+            raise ValueError("script: a Python script ending in .py (or use code.entry.module)")
+        return self
+
+    @property
+    def target(self) -> tuple[str, str]:
+        """("module", name) or ("script", path): what the trainer's Python is given."""
+        if self.script is not None:
+            return "script", self.script
+        return "module", self.module or UPSTREAM_MODULE
+
+
 class Code(Strict):
-    """The training code: a git commit, or for native runs the pinned maxtext release."""
+    """The training code: a git commit, the MaxText inside the image, or for native runs the pinned maxtext release."""
 
     repo: str | None = Field(None, description="git URL or path of the MaxText (or fork) repository")
     commit: Commit | None = Field(None, description="full 40-hex commit of `repo` (or leave it to the lockfile: `mxc lock`)")
     ref: str | None = Field(
         None, min_length=1, description="branch or tag that `mxc lock` resolves to `commit`; the commit is what runs"
     )
+    from_image: bool = Field(
+        False, description="the training code is the MaxText inside the image, pinned by image.digest (containers "
+        "only; no code.repo): what MaxText-Slurm runs with rocm/jax-training images"
+    )
+    entry: Entry = Field(default_factory=Entry, description="how training starts (module or script, configs directory)")
     pythonpath: str = Field("src", description="directory inside the checkout to put on PYTHONPATH")
     maxtext_version: str | None = Field(
         None, pattern=r"^\d+(\.\d+)*([a-z0-9.+-]*)$", description="pinned maxtext package version (native runs)"
@@ -125,21 +184,47 @@ class Code(Strict):
 
     @model_validator(mode="after")
     def _pinned(self) -> Self:
+        if self.from_image:
+            for key in ("repo", "commit", "ref", "maxtext_version"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key}: code.from_image runs the image's MaxText (pinned by image.digest); "
+                                     f"remove code.{key}, or code.from_image to run a pinned commit")
+            return self
         if (self.repo is None) != (self.commit is None):
             raise ValueError("commit: code.repo and code.commit go together (a repository is pinned by a commit; "
                              "`mxc lock` + `mxc build --locked` fill it from code.ref)")
         if self.ref is not None and self.repo is None:
             raise ValueError("ref: code.ref names a branch or tag of code.repo; set code.repo")
         if self.repo is None and self.maxtext_version is None:
-            raise ValueError("maxtext_version: pin the training code with code.repo + code.commit, or code.maxtext_version")
+            raise ValueError("maxtext_version: pin the training code with code.repo + code.commit, code.maxtext_version, "
+                             "or (containers) code.from_image: true")
+        if self.entry.workdir is not None:
+            raise ValueError("entry.workdir: only with code.from_image (a pinned checkout is the working directory)")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Code from git with the upstream entry, no key: spec.json (and so every bundle hash) stays
+        what it was before these fields existed."""
+        data: dict[str, Any] = handler(self)
+        if not self.from_image:
+            data.pop("from_image", None)
+        if self.entry == Entry():
+            data.pop("entry", None)
+        return data
 
 
 class Model(Strict):
     """The MaxText model: a config name plus ``key=value`` overrides passed through verbatim."""
 
     model_name: str = Field(description="MaxText model name (configs/models/<name>.yml), or 'default'")
-    config: str = Field("base.yml", description="MaxText config file, relative to maxtext/configs")
+    config: str = Field("base.yml", description="MaxText config file, relative to code.entry.configs")
+    config_file: str | None = Field(
+        None, pattern=CONFIG_FILE_PATTERN,
+        description="a MaxText YAML (.yml) of your own, relative to the spec that names it and inside its repository "
+        "(e.g. a MaxText-Slurm configs/<model>.gpu.yml): copied into the bundle and passed as MaxText's config; its "
+        "base_config resolves against the configs of the MaxText that runs; model.overrides apply on top",
+    )
     overrides: dict[str, Scalar] = Field(
         default_factory=dict, description="MaxText config keys passed as key=value (steps, per_device_batch_size, ...)"
     )
@@ -163,6 +248,21 @@ class Model(Strict):
             if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
                 raise ValueError(f"'{key}' is not a MaxText config key (lower_snake_case)")
         return value
+
+    @model_validator(mode="after")
+    def _one_config(self) -> Self:
+        if self.config_file is not None and "config" in self.model_fields_set:
+            raise ValueError("config_file: name either model.config (inside MaxText) or model.config_file "
+                             "(a file beside the spec), not both")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_no_file(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No config file, no key: spec.json (and every bundle hash) stays what it was before the field."""
+        data: dict[str, Any] = handler(self)
+        if self.config_file is None:
+            data.pop("config_file", None)
+        return data
 
     @model_validator(mode="after")
     def _templates(self) -> Self:
@@ -428,8 +528,15 @@ class JobSpec(Strict):
                 raise ValueError("image: runtime.container is native, so remove 'image' (or pick apptainer/podman)")
         elif self.image is None:
             raise ValueError(f"image: required (ref + digest) because runtime.container is {self.runtime.container}")
-        if self.runtime.container != "native" and self.code.repo is None:
-            raise ValueError("code.repo: container runs pin the training code by git commit; set code.repo and code.commit")
+        if self.runtime.container == "native" and self.code.from_image:
+            raise ValueError("code.from_image: runtime.container is native, so there is no image to take the code "
+                             "from; pin code.maxtext_version (or code.repo + code.commit), or pick a container")
+        if self.runtime.container != "native" and self.code.repo is None and not self.code.from_image:
+            raise ValueError("code.repo: container runs pin the training code by git commit (code.repo + code.commit) "
+                             "or take the image's MaxText (code.from_image: true)")
+        if self.code.from_image and self.runtime.container == "apptainer" and self.code.entry.workdir is None:
+            raise ValueError("code.entry.workdir: apptainer starts in the host's directory, not the image's; name "
+                             "where the image's MaxText is (e.g. /workspace/maxtext)")
         if self.runtime.backend == "local" and self.resources.nodes > 1:
             raise ValueError("resources.nodes: runtime.backend local runs on one node; set nodes to 1 or backend: slurm")
         for rank in self.env.ranks:

@@ -24,8 +24,9 @@ from mxc.specfiles import SpecFiles, read_spec
 RELOCK = "run: mxc lock {spec}, then review the lockfile diff"
 
 
-def environment_problems(spec: Path, lock: Lock, name: str) -> list[SpecError]:
-    """What the lock says about the world outside the spec, checked against this checkout and this mxc."""
+def environment_problems(spec: Path, lock: Lock, name: str, from_image: bool = False) -> list[SpecError]:
+    """What the lock says about the world outside the spec, checked against this checkout and this mxc.
+    ``from_image`` (code.from_image): the image digest pins the Python environment, so a lock may name none."""
     hint = RELOCK.format(spec=spec)
     root = project_root(spec)
     problems: list[SpecError] = []
@@ -36,6 +37,8 @@ def environment_problems(spec: Path, lock: Lock, name: str) -> list[SpecError]:
         problems.append(SpecError(name, None, "mxc_version", f"locked with mxc {lock.mxc_version}, this is mxc "
                                   f"{__version__} (bundles it renders differ)", hint))
     if lock.python is None:
+        if from_image:
+            return problems
         problems.append(SpecError(name, None, "python", "not pinned: the lock has no Python requirements", hint))
         return problems
     req = root / lock.python.requirements
@@ -68,11 +71,11 @@ def compile_locked(spec: str, overrides: tuple[str, ...] = (), lockfile: str | N
     """The bundle of ``spec`` with its lock applied; SpecErrors listing every unpinned or mismatching item."""
     spec_path = Path(spec)
     path, lock = load_lock(spec_path, Path(lockfile) if lockfile else None)
-    problems = environment_problems(spec_path, lock, shown(path))
     try:
         bundle = compile_spec(spec, SpecFiles.for_spec(spec), overrides, mxc_version=__version__, lock=(shown(path), lock))
     except SpecErrors as exc:
-        raise SpecErrors([*problems, *exc.errors]) from None
+        raise SpecErrors([*environment_problems(spec_path, lock, shown(path)), *exc.errors]) from None
+    problems = environment_problems(spec_path, lock, shown(path), from_image=bundle.spec.code.from_image)
     if problems:
         raise SpecErrors(problems)
     return bundle

@@ -96,6 +96,14 @@ def lock_python(path: Path, root: Path) -> LockedPython:
                         packages={r.name: r.version for r in reqs})
 
 
+def _python(data: dict[str, Any], root: Path, requirements: str | None, *, from_image: bool) -> LockedPython | None:
+    """The run environment's hashed requirements. With code.from_image the image digest pins the whole
+    environment, MaxText included, so there is none to name unless --requirements gives one."""
+    if requirements:
+        return lock_python(Path(requirements), root)
+    return None if from_image else lock_python(default_requirements(data, root), root)
+
+
 def make_lock(spec: str, *, requirements: str | None = None, lockfile: str | None = None,
               insecure: frozenset[str] = frozenset()) -> Locked:
     """Resolve ``spec``'s open pins; the lock, its canonical text, where it goes, and the bundle it makes."""
@@ -114,7 +122,7 @@ def make_lock(spec: str, *, requirements: str | None = None, lockfile: str | Non
             mxc_version=__version__,
             image=lock_image(image, insecure) if isinstance(image, dict) else None,
             code=lock_code(code),
-            python=lock_python(Path(requirements) if requirements else default_requirements(data, root), root),
+            python=_python(data, root, requirements, from_image=code.get("from_image") is True),
         )
     except ValidationError as exc:  # a pin the spec wrote is malformed (e.g. a short commit)
         first = exc.errors()[0]

@@ -139,9 +139,10 @@ def podman_devices(vendor: str, gpus: list[int], kfd_nodes: Path) -> list[str]:
 
 
 def launcher(c: Container, python: str, image: Image, env: Mapping[str, str], run_dir: Path, output_dir: Path,
-             code_dir: str | None, env_names: list[str], kfd_nodes: Path = Path("/sys/class/kfd/kfd/topology/nodes")
-             ) -> list[str]:
-    """The command prefix that runs the training's Python (``<prefix> -m module args``)."""
+             code_dir: str | None, env_names: list[str], kfd_nodes: Path = Path("/sys/class/kfd/kfd/topology/nodes"),
+             workdir: str | None = None) -> list[str]:
+    """The command prefix that runs the training's Python (``<prefix> -m module args``). ``workdir``:
+    where the image's own MaxText lives (code.from_image, no checkout), the container's working directory."""
     if c.kind == "native":
         return [python]
     if c.kind == "podman":
@@ -154,6 +155,8 @@ def launcher(c: Container, python: str, image: Image, env: Mapping[str, str], ru
             argv += ["--volume", mount]
         if code_dir:
             argv += ["--volume", f"{code_dir}:{code_dir}:ro", "--workdir", code_dir]
+        elif workdir:
+            argv += ["--workdir", workdir]
         return [*argv, image.ref, "python3"]
     gpu = {"amd": ["--rocm"], "nvidia": ["--nv"]}.get(c.gpu_vendor, [])
     argv = ["apptainer", "exec", *gpu, "--bind", str(run_dir), "--bind", str(output_dir)]
@@ -161,5 +164,7 @@ def launcher(c: Container, python: str, image: Image, env: Mapping[str, str], ru
         argv += ["--bind", mount]
     if code_dir:
         argv += ["--bind", f"{code_dir}:{code_dir}:ro", "--pwd", code_dir]
+    elif workdir:
+        argv += ["--pwd", workdir]
     return [*argv, image.ref, "python3"]
 

@@ -92,6 +92,13 @@ class Train:
     distributed_args: list[str]  # with several processes (jax.distributed through MaxText's GPU path)
     single_args: list[str]  # with one process
     pythonpath: str  # code.pythonpath, inside the pinned checkout (MXC_CODE_DIR)
+    # code.entry.script: run this script (relative to the working directory) instead of ``-m module``
+    script: str | None = None
+    # model.config_file: this bundle file is MaxText's config (its first argument), copied into the
+    # run directory first (a container sees the run directory, not the bundle store)
+    config_file: str | None = None
+    # code.entry.workdir: the container's working directory (the image's MaxText; code.from_image)
+    workdir: str | None = None
     __pydantic_config__ = STRICT
 
 
@@ -151,6 +158,7 @@ class Code:
     repo: str | None
     commit: str | None
     maxtext_version: str | None
+    from_image: bool = False  # code.from_image: the image's MaxText, pinned by the image digest
     __pydantic_config__ = STRICT
 
 

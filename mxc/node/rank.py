@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import (
+    atomicfile,
     barrier,
     checkpoints,
     container,
@@ -268,6 +269,14 @@ class Rank:
         self.detected = sorted(updates)
         return updates
 
+    def _place_config(self, name: str) -> Path:
+        """model.config_file: the bundle's copy (verified with the bundle) into the run directory, which
+        every container binds; each rank writes the same bytes atomically, so ranks sharing it agree."""
+        target = self.run / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomicfile.write_text(target, (self.bundle / name).read_text("utf-8"))
+        return target
+
     def _placeholder_values(self) -> dict[str, str]:
         """What {run_dir}, {rank}... stand for on this node, in this attempt (mxc/node/placeholders.py)."""
         return {"run_dir": str(self.run), "run_id": self.run.name, "rank": str(self.rank), "node": self.node,
@@ -291,17 +300,21 @@ class Rank:
                   "jax_cache": self.env.get("MXC_JAX_CACHE") or str(layout.jax_cache(self.run))}
         known = self._placeholder_values()
         args = [placeholders.fill(arg, known) for arg in contract.train.args]
+        if contract.train.config_file:
+            args.insert(0, str(self._place_config(contract.train.config_file)))
         args += [f"{a.key}={values[a.value]}" for a in contract.train.runtime_args]
         args += contract.train.distributed_args if (self.coordinator or self.nprocs > 1) else contract.train.single_args
         env_names = [name for name, _ in contract.env_of(self.rank)]
         env_names += [name for name in self.detected if name not in env_names]
-        launcher = container.launcher(contract.container, python, image, env, self.run, output_dir, code_dir, env_names)
+        launcher = container.launcher(contract.container, python, image, env, self.run, output_dir, code_dir, env_names,
+                                      workdir=contract.train.workdir)
         exe = shutil.which(launcher[0]) if len(launcher) == 1 else None
         observer = self._start_observer(contract, node_env)
         if observer is not None:
             launcher = [env["MXC_AGENT_PYTHON"], "-m", "mxc.runtime.observe.ray_node_launch", "--run-dir", str(self.run),
                         "--node", self.node, "--rank", str(self.rank), "--attempt", str(self.attempt), "--", *launcher]
-        argv = [*launcher, "-m", contract.train.module, *args]
+        target = [contract.train.script] if contract.train.script else ["-m", contract.train.module]
+        argv = [*launcher, *target, *args]
         train_env = dict(env, MXC_RANK=str(self.rank))
         self.log(f"train: {' '.join(argv)}")
         stage = contract.stage("train")

@@ -47,6 +47,25 @@ def to_dict(value: Any) -> dict[str, Any]:
     return data
 
 
+def to_compact_dict(value: Any) -> dict[str, Any]:
+    """``to_dict``, leaving out each field at its plain default (``x: str | None = None``): a field
+    added to a format with a default then changes no existing document (run.json, and so no bundle
+    hash); ``from_dict`` fills it back in. Fields with a default_factory are always written."""
+    out: dict[str, Any] = _compact(value)
+    return out
+
+
+def _compact(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _compact(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.default is dataclasses.MISSING or getattr(value, f.name) != f.default}
+    if isinstance(value, (list, tuple)):
+        return [_compact(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _compact(v) for k, v in value.items()}
+    return value
+
+
 def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 

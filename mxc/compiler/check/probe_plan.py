@@ -25,7 +25,10 @@ def _token(use: FlagUse) -> str:
 
 def maxtext_case(spec: JobSpec) -> tuple[str, tuple[str, ...], int]:
     """(config file, argv after it, emulated device count) exactly as the bundle runs MaxText."""
-    argv = list(maxtext_args(spec)[1:])
+    args = maxtext_args(spec)
+    # With model.config_file the argv holds no config path (the node program puts the file first): the
+    # probe judges the overrides on MaxText's base.yml, the file's own keys are not probed.
+    argv = list(args if spec.model.config_file else args[1:])
     nodes = spec.resources.nodes
     if nodes > 1 and "num_slices" not in spec.model.overrides:
         argv.append(f"num_slices={nodes}")  # CPU devices carry no slice index: one slice per node

@@ -73,6 +73,7 @@ OTHER_CHECKS: dict[str, str] = {
     "probe-xla": "--probe: jaxlib itself parsed the XLA flags (an unknown flag aborts it).",
     "probe-maxtext": "--probe: MaxText's own config validation (pyconfig) accepted the model overrides.",
     "cue": "A .cue spec unified with specs/schema.cue (cue vet) and exported to JSON.",
+    "maxtext-config-file-key": "Every key of model.config_file is a key of the spec's MaxText catalog (a warning).",
 }
 
 BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}

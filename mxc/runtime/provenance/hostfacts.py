@@ -145,9 +145,14 @@ def image_facts(contract: RunContract, host: Mapping[str, Any], lockfile: str | 
 
 
 def code_facts(contract: RunContract, host: Mapping[str, Any], pinned: Mapping[str, Any] | None) -> dict[str, Any]:
-    """record.code: the pinned commit's export, or the maxtext release the spec pins and what is installed."""
+    """record.code: the pinned commit's export, the image whose MaxText runs (code.from_image), or the
+    maxtext release the spec pins and what is installed."""
     if pinned:
         return dict(pinned)
+    if contract.code.from_image:
+        c = contract.container
+        return {"source": "image", "image_ref": c.image_ref, "image_digest": c.image_digest,
+                "entry": contract.train.script or contract.train.module}
     wanted = contract.code.maxtext_version
     if not wanted:
         return {}

@@ -34,8 +34,8 @@ from typing import Any
 
 from mxc.errors import UserError, cannot_write
 from mxc.node.contract import RunContract
-from mxc.runtime import detections
 from mxc.node.secretscan import redact_secrets
+from mxc.runtime import detections
 from mxc.runtime.backends import (
     DEFAULT_PYTHON,
     Plan,

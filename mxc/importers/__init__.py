@@ -1,0 +1,1 @@
+"""Other tools' job descriptions -> mxc specs (``mxc import``)."""
