@@ -33,6 +33,7 @@ from . import (
     barrier,
     checkpoints,
     container,
+    envmerge,
     events,
     integrity,
     layout,
@@ -74,6 +75,7 @@ class Rank:
         self.attempt = int(env.get("MXC_ATTEMPT") or env.get("SLURM_RESTART_COUNT") or 0)
         self.job_id = env.get("SLURM_JOB_ID", "")
         self.coordinator = env.get("MXC_COORDINATOR", "")
+        self.spec_env: list[tuple[str, str]] = []
         self.stop = StopRequest()
         self.interruptible = True  # before training: a stop request ends the current stage at once
         self.stage_name = "setup"
@@ -230,10 +232,11 @@ class Rank:
     # ---- training
 
     def _environment(self, contract: RunContract, output_dir: Path) -> dict[str, str]:
-        env = dict(self.env)
         known = self._placeholder_values()
-        # env.sh (and env.ranks): the spec's values win over inherited ones, run-time placeholders filled in
-        env.update((name, placeholders.fill(value, known)) for name, value in contract.env_of(self.rank))
+        # env.sh (and env.ranks), run-time placeholders filled in; each replaces the inherited value or
+        # joins it (run.json's env_merge); in a container, envmerge.py joins them with the image's instead
+        self.spec_env = [(name, placeholders.fill(value, known)) for name, value in contract.env_of(self.rank)]
+        env = envmerge.compose(self.env, self.spec_env, dict(contract.env_merge))
         env.update(postmortem.faulthandler_env(env))
         env.update(MXC_RUN_DIR=str(self.run), MXC_BUNDLE_DIR=str(self.bundle), MXC_ATTEMPT=str(self.attempt),
                    MXC_CHECKPOINT_DIR=str(output_dir))
@@ -273,15 +276,24 @@ class Rank:
         args = [placeholders.fill(arg, known) for arg in contract.train.args]
         args += [f"{a.key}={values[a.value]}" for a in contract.train.runtime_args]
         args += contract.train.distributed_args if (self.coordinator or self.nprocs > 1) else contract.train.single_args
-        env_names = [name for name, _ in contract.env_of(self.rank)]
-        launcher = container.launcher(contract.container, python, image, env, self.run, output_dir, code_dir, env_names)
+        train_env = dict(env, MXC_RANK=str(self.rank))
+        launch = container.launcher(contract.container, python, image, train_env, self.run, output_dir, code_dir,
+                                    self.spec_env, Path(__file__).resolve().parent,
+                                    layout.env_request(self.run, self.rank, self.attempt))
+        launcher = launch.prefix
         exe = shutil.which(launcher[0]) if len(launcher) == 1 else None
+        for mount in launch.skipped_mounts:
+            self.log(f"mount {mount} skipped: its host path does not exist here (runtime.optional_mounts)")
+        try:
+            container.write_launch(self.run, self.rank, self.attempt, contract, launch, train_env)
+        except OSError as exc:
+            self.log(f"cannot write the launch files: {exc}")
+            return self.exit("train", 1, policy.STAGE_FAILED, f"cannot write the launch files: {exc}")
         observer = self._start_observer(contract, node_env)
         if observer is not None:
             launcher = [env["MXC_AGENT_PYTHON"], "-m", "mxc.runtime.observe.ray_node_launch", "--run-dir", str(self.run),
                         "--node", self.node, "--rank", str(self.rank), "--attempt", str(self.attempt), "--", *launcher]
         argv = [*launcher, "-m", contract.train.module, *args]
-        train_env = dict(env, MXC_RANK=str(self.rank))
         self.log(f"train: {' '.join(argv)}")
         stage = contract.stage("train")
         self.stage_name = "train"

@@ -92,6 +92,9 @@ class RunRecord(BaseModel):
     time_to_first_step_s: float | None = None  # from `started` to the first step line (local runs)
     compile_s: float | None = None  # the first finished compilation of the train step (local runs; trainlog.PHASE_LINES)
     message: str | None = None
+    # rank 0's training start: the environment training saw (image's and spec's joined; allow-listed,
+    # redacted like `environment`), optional mounts skipped, container (mxc/runtime/provenance/training.py)
+    training: dict[str, Any] | None = None
 
     def save(self, path: Path) -> None:
         if path.exists():
