@@ -70,18 +70,19 @@ def contract_of(bundle: Path) -> RunContract:
 
 
 def launch(contract: RunContract, bundle: Path, run: Path, env: dict[str, str] | None = None,
-           present: tuple[str, ...] = (), image: str | None = None) -> container.Launch:
+           present: tuple[str, ...] = (), image: str | None = None, code: str | None = None) -> container.Launch:
     """What the node program would start for rank 0 of ``contract`` (no training here)."""
     ref = image or container.podman_ref(contract.container)
     return container.launcher(contract.container, "python3", container.Image(ref, "exists"), env or {}, run,
-                              run / "output", None, list(contract.env_of(0)), bundle / "mxc_node",
-                              layout.env_request(run, 0, 0), exists=lambda path: path in present)
+                              run / "output", code, list(contract.env_of(0)), dict(contract.env_merge),
+                              f"{code}/src" if code else None, bundle / "mxc_node", layout.env_request(run, 0, 0),
+                              exists=lambda path: path in present)
 
 
 # ---- the rule -------------------------------------------------------------------------------------
 
 
-def test_compose_appends_prepends_and_replaces_with_the_right_separator() -> None:
+def test_compose_appends_prepends_and_replaces_with_the_right_separator(tmp_path: Path) -> None:
     base = {"XLA_FLAGS": "--xla_image=1", "LD_LIBRARY_PATH": "/image/lib", "NCCL_DEBUG": "INFO", "KEEP": "k"}
     values = [("XLA_FLAGS", "--xla_spec=2"), ("LD_LIBRARY_PATH", "/spec/lib"), ("NCCL_DEBUG", "WARN"), ("NEW", "n")]
     env = envmerge.compose(base, values, {"XLA_FLAGS": "append", "LD_LIBRARY_PATH": "prepend"})
@@ -91,6 +92,14 @@ def test_compose_appends_prepends_and_replaces_with_the_right_separator() -> Non
     assert envmerge.compose({}, [("XLA_FLAGS", "--a")], {"XLA_FLAGS": "append"}) == {"XLA_FLAGS": "--a"}
     assert envmerge.compose({"PATH": "/bin"}, [("PATH", "")], {"PATH": "append"}) == {"PATH": "/bin"}
     assert envmerge.compose({"X": "a"}, [("X", "b")], {}) == {"X": "b"}
+    # In order, each against the value so far: the code checkout goes before the spec's PYTHONPATH.
+    assert envmerge.apply({"PYTHONPATH": "/image"}, [("PYTHONPATH", "/spec", "append"),
+                                                     ("PYTHONPATH", "/code/src", "prepend")]) == \
+        {"PYTHONPATH": "/code/src:/image:/spec"}
+    # What is written of it leaves out names that may hold a secret, privately.
+    envmerge.write_effective(str(tmp_path / "env.json"), {"HF_TOKEN": "x", "WANDB_API_KEY": "y", "NCCL_DEBUG": "WARN"})
+    assert json.loads((tmp_path / "env.json").read_text()) == {"environment": {"NCCL_DEBUG": "WARN"}}
+    assert (tmp_path / "env.json").stat().st_mode & 0o777 == 0o600
     with pytest.raises(ValueError, match="unknown merge mode"):
         envmerge.compose({}, [("X", "b")], {"X": "merge"})
 
@@ -138,9 +147,9 @@ def test_podman_and_docker_command_lines(kind: str, mxc: Mxc, mxc_home: Path, tm
     assert started.skipped_mounts == ["/opt/site-rdma:/opt/site-rdma:ro"]
     # No variable on the command line: the spec's values and the node's facts go to envmerge.py.
     assert not any(arg.startswith("--env") for arg in started.prefix)
-    request = dict(started.request)
-    assert request["NCCL_DEBUG"] == "WARN" and request["NNODES"] == "2"
-    assert request["XLA_FLAGS"] == "--xla_gpu_enable_latency_hiding_scheduler=true"
+    request = {name: (value, mode) for name, value, mode in started.request}
+    assert request["NCCL_DEBUG"] == ("WARN", "replace") and request["NNODES"] == ("2", "replace")
+    assert request["XLA_FLAGS"] == ("--xla_gpu_enable_latency_hiding_scheduler=true", "append")
     assert "CUDA_VISIBLE_DEVICES" not in request  # the container numbers its mapped GPUs from 0
 
 
@@ -156,7 +165,7 @@ def test_apptainer_command_line_cleanenv_and_without_gpu_libraries(mxc: Mxc, mxc
         "python3", f"{node}/envmerge.py", str(run / "ranks/0/env-request.attempt-0.json"), "--", "python3"]
     assert started.skipped_mounts == ["/dev/infiniband:/dev/infiniband"]
     # --cleanenv: the GPUs Slurm gave the task are passed on explicitly.
-    assert dict(started.request)["ROCR_VISIBLE_DEVICES"] == "2,3"
+    assert ("ROCR_VISIBLE_DEVICES", "2,3", "replace") in started.request
     default = contract_of(build(mxc, mxc_home, write_spec(tmp_path, "apptainer")))
     assert launch(default, bundle, run, image="/x.sif").prefix[:4] == ["apptainer", "exec", "--cleanenv", "--rocm"]
 
@@ -215,8 +224,8 @@ FROM scratch
 ADD rootfs.tar /
 ENV PATH=/usr/local/bin:/usr/bin LANG=C.UTF-8 XLA_FLAGS=--xla_image_flag=1 LD_LIBRARY_PATH=/image/lib
 """
-SHOW_ENV = ("import json, os; "
-            "print('ENV=' + json.dumps({k: os.environ.get(k) for k in ('XLA_FLAGS', 'LD_LIBRARY_PATH', 'NCCL_DEBUG')}))")
+SHOW_ENV = ("import json, os; print('ENV=' + json.dumps("
+            "{k: os.environ.get(k) for k in ('XLA_FLAGS', 'LD_LIBRARY_PATH', 'NCCL_DEBUG', 'PYTHONPATH')}))")
 
 
 @pytest.fixture(scope="module")
@@ -253,13 +262,16 @@ def test_podman_joins_the_images_xla_flags_as_the_spec_says(merge: str, expected
     bundle = build(mxc, mxc_home, spec)
     contract, run = contract_of(bundle), tmp_path / "run"
     (run / "output").mkdir(parents=True)
-    started = launch(contract, bundle, run, {"NNODES": "1"})
+    code = tmp_path / "code"
+    (code / "src").mkdir(parents=True)
+    started = launch(contract, bundle, run, {"NNODES": "1", "PYTHONPATH": "/host/only"}, code=str(code))
     container.write_launch(run, 0, 0, contract, started, {})
     done = subprocess.run([*started.prefix, "-c", SHOW_ENV], env={**os.environ, **podman_env}, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.split("ENV=", 1)[1])
-    assert seen == {**expected, "NCCL_DEBUG": "WARN"}
+    # The code checkout on PYTHONPATH (the image sets none); the host's own PYTHONPATH stays outside.
+    assert seen == {**expected, "NCCL_DEBUG": "WARN", "PYTHONPATH": f"{code}/src"}
     # What the node program records is what training saw; and the skipped mount is kept.
     effective: dict[str, Any] = json.loads(layout.environment(run, 0).read_text())["environment"]
     assert {k: effective[k] for k in expected} == expected and effective["NNODES"] == "1"

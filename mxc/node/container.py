@@ -30,7 +30,8 @@ from .contract import Container, RunContract
 from .imagecache import ImageError
 
 # Variables a container gets besides the spec's own (env.sh): what training reads on the node.
-PODMAN_PASSED = ("PYTHONFAULTHANDLER", "PYTHONPATH", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+# (PYTHONPATH: the code checkout is put before the spec's or the image's, container_env.)
+PODMAN_PASSED = ("PYTHONFAULTHANDLER", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
                  "JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_IP", "JAX_COORDINATOR_PORT", "NNODES", "NODE_RANK",
                  "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "MXC_RUN_DIR", "MXC_RANK", "MXC_ATTEMPT")
 # Apptainer sees the host's GPUs; these say which of them the task has (podman and docker map the
@@ -156,16 +157,22 @@ class Launch:
     the variables envmerge.py gets (``request``) and the optional mounts left out."""
 
     prefix: list[str]
-    request: list[tuple[str, str]]
+    request: list[tuple[str, str, str]]
     skipped_mounts: list[str]
 
 
-def container_env(c: Container, env: Mapping[str, str], spec_env: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """What a container's envmerge.py sets: the spec's values as written (the image's join them
-    there), then the node's facts from ``env`` (apptainer: and the GPU visibility Slurm set)."""
+def container_env(c: Container, env: Mapping[str, str], spec_env: list[tuple[str, str]], modes: Mapping[str, str],
+                  code_path: str | None) -> list[tuple[str, str, str]]:
+    """What a container's envmerge.py joins, in order, as (name, value, mode): the spec's values as
+    written (the image's join them there, as ``modes`` says), the node's facts from ``env``
+    (apptainer: and the GPUs Slurm gave the task), and the code checkout first on PYTHONPATH."""
     names = [*PODMAN_PASSED, *(GPU_VISIBILITY if c.kind == "apptainer" else ())]
     spec_names = {name for name, _ in spec_env}
-    return [*spec_env, *((name, env[name]) for name in names if name in env and name not in spec_names)]
+    out = [(name, value, modes.get(name, "replace")) for name, value in spec_env]
+    out += [(name, env[name], "replace") for name in names if name in env and name not in spec_names]
+    if code_path:
+        out.append(("PYTHONPATH", code_path, "prepend"))
+    return out
 
 
 def mounts(c: Container, exists: Callable[[str], bool] = os.path.exists) -> tuple[list[str], list[str]]:
@@ -175,8 +182,8 @@ def mounts(c: Container, exists: Callable[[str], bool] = os.path.exists) -> tupl
 
 
 def launcher(c: Container, python: str, image: Image, env: Mapping[str, str], run_dir: Path, output_dir: Path,
-             code_dir: str | None, spec_env: list[tuple[str, str]], node_dir: Path, request_file: Path,
-             kfd_nodes: Path = Path("/sys/class/kfd/kfd/topology/nodes"),
+             code_dir: str | None, spec_env: list[tuple[str, str]], modes: Mapping[str, str], code_path: str | None,
+             node_dir: Path, request_file: Path, kfd_nodes: Path = Path("/sys/class/kfd/kfd/topology/nodes"),
              exists: Callable[[str], bool] = os.path.exists) -> Launch:
     """The command prefix that runs the training's Python (``<prefix> -m module args``)."""
     if c.kind == "native":
@@ -184,7 +191,7 @@ def launcher(c: Container, python: str, image: Image, env: Mapping[str, str], ru
     binds, skipped = mounts(c, exists)
     node = str(node_dir)
     shim = ["python3", f"{node}/envmerge.py", str(request_file), "--", "python3"]
-    request = container_env(c, env, spec_env)
+    request = container_env(c, env, spec_env, modes, code_path)
     if c.kind in OCI_RUNTIMES:
         argv = [c.kind, "run", "--rm", "--network=host", "--ipc=host", "--security-opt=label=disable"]
         argv += podman_devices(c.gpu_vendor, allocated_gpus(env), kfd_nodes)
@@ -218,7 +225,6 @@ def write_launch(run: Path, rank: int, attempt: int, contract: RunContract, laun
     if contract.container.kind == "native":
         envmerge.write_effective(record, train_env)
     else:
-        envmerge.write_request(str(layout.env_request(run, rank, attempt)), launch.request, dict(contract.env_merge),
-                               record)
+        envmerge.write_request(str(layout.env_request(run, rank, attempt)), launch.request, record)
     atomicfile.write_json(layout.launch(run, rank), {"attempt": attempt, "container": contract.container.kind,
                                                      "skipped_mounts": launch.skipped_mounts})

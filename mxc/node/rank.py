@@ -278,8 +278,9 @@ class Rank:
         args += contract.train.distributed_args if (self.coordinator or self.nprocs > 1) else contract.train.single_args
         train_env = dict(env, MXC_RANK=str(self.rank))
         launch = container.launcher(contract.container, python, image, train_env, self.run, output_dir, code_dir,
-                                    self.spec_env, Path(__file__).resolve().parent,
-                                    layout.env_request(self.run, self.rank, self.attempt))
+                                    self.spec_env, dict(contract.env_merge),
+                                    f"{code_dir}/{contract.train.pythonpath}" if code_dir else None,
+                                    Path(__file__).resolve().parent, layout.env_request(self.run, self.rank, self.attempt))
         launcher = launch.prefix
         exe = shutil.which(launcher[0]) if len(launcher) == 1 else None
         for mount in launch.skipped_mounts:
