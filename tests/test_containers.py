@@ -2,7 +2,8 @@
 everywhere), runtime options per container kind, docker, optional mounts, Slurm's own variables.
 
 Command lines are computed from rendered bundles (their run.json) by the node program's own code;
-the podman ones are executed here with a locally built image whose Containerfile sets XLA_FLAGS.
+podman's and docker's are executed here with a locally built image whose Containerfile sets XLA_FLAGS
+(docker through Podman's Docker-compatible API: there is no Docker daemon here).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -246,17 +249,41 @@ def xla_image(podman_env: dict[str, str], tmp_path_factory: pytest.TempPathFacto
     return "localhost/mxc-test/xla-env", digest
 
 
+@pytest.fixture(scope="module")
+def docker_env(podman_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The docker client against Podman's Docker-compatible API over the same image store (there is
+    no Docker daemon here): the docker command line runs for real."""
+    sock = tmp_path_factory.mktemp("docker") / "api.sock"
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"],
+                               env={**os.environ, **podman_env}, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**podman_env, "DOCKER_HOST": f"unix://{sock}"}
+    try:
+        deadline = time.monotonic() + 60  # a safety net: the socket appearing is the event waited for
+        while not sock.exists():
+            assert service.poll() is None, "podman system service exited"
+            assert time.monotonic() < deadline, "podman system service did not open its socket"
+            time.sleep(0.05)
+        yield env
+    finally:
+        service.terminate()
+        service.wait(timeout=60)
+
+
+@pytest.mark.parametrize("kind", ["podman", "docker"])
 @pytest.mark.parametrize(("merge", "expected"), [
     ("", {"XLA_FLAGS": "--xla_image_flag=1 --xla_gpu_enable_latency_hiding_scheduler=true",
           "LD_LIBRARY_PATH": "/spec/lib"}),
     ("  merge:\n    XLA_FLAGS: replace\n    LD_LIBRARY_PATH: append\n",
      {"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true", "LD_LIBRARY_PATH": "/image/lib:/spec/lib"}),
 ], ids=["default-append", "replace"])
-def test_podman_joins_the_images_xla_flags_as_the_spec_says(merge: str, expected: dict[str, str],
-                                                            xla_image: tuple[str, str], podman_env: dict[str, str],
-                                                            mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+def test_the_container_joins_the_images_xla_flags_as_the_spec_says(kind: str, merge: str, expected: dict[str, str],
+                                                                   xla_image: tuple[str, str],
+                                                                   request: pytest.FixtureRequest, mxc: Mxc,
+                                                                   mxc_home: Path, tmp_path: Path) -> None:
+    runtime_env: dict[str, str] = request.getfixturevalue("podman_env" if kind == "podman" else "docker_env")
     ref, digest = xla_image
-    spec = write_spec(tmp_path, "podman", env_extra=merge, ref=ref, digest=digest,
+    spec = write_spec(tmp_path, kind, env_extra=merge, ref=ref, digest=digest,
                       runtime_extra="  optional_mounts: [/nonexistent/rdma:/opt/rdma]\n")
     spec.write_text(spec.read_text().replace("gpus_per_node: 2\n  gpu_vendor: amd", "gpus_per_node: 0"))
     bundle = build(mxc, mxc_home, spec)
@@ -266,7 +293,7 @@ def test_podman_joins_the_images_xla_flags_as_the_spec_says(merge: str, expected
     (code / "src").mkdir(parents=True)
     started = launch(contract, bundle, run, {"NNODES": "1", "PYTHONPATH": "/host/only"}, code=str(code))
     container.write_launch(run, 0, 0, contract, started, {})
-    done = subprocess.run([*started.prefix, "-c", SHOW_ENV], env={**os.environ, **podman_env}, capture_output=True,
+    done = subprocess.run([*started.prefix, "-c", SHOW_ENV], env={**os.environ, **runtime_env}, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.split("ENV=", 1)[1])
