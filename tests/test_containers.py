@@ -303,3 +303,31 @@ def test_the_container_joins_the_images_xla_flags_as_the_spec_says(kind: str, me
     effective: dict[str, Any] = json.loads(layout.environment(run, 0).read_text())["environment"]
     assert {k: effective[k] for k in expected} == expected and effective["NNODES"] == "1"
     assert json.loads(layout.launch(run, 0).read_text())["skipped_mounts"] == ["/nonexistent/rdma:/opt/rdma"]
+
+
+# ---- mxc compare: what training saw, run against run ---------------------------------------------
+
+
+def test_compare_shows_where_the_training_environment_differed(tmp_path: Path) -> None:
+    from mxc.runtime.record import RunRecord
+    from mxc.runtime.triage.compare import compare_runs
+    from tests.test_compare import _fake_run
+
+    runs = []
+    for run_id, image_flags, ib in [("20260101-000000-0000-aaaaaaaa", "--xla_image=1", "mlx5_0"),
+                                    ("20260101-000001-0000-bbbbbbbb", "--xla_image=2", None)]:
+        run = _fake_run(tmp_path, run_id, {"model": {"overrides": {"steps": 3}}}, [6.0, 5.0, 4.0], {})
+        record = RunRecord.load(run.record)
+        env = {"MXC_RUN_DIR": str(run.path), "XLA_FLAGS": f"{image_flags} --xla_dump_to={run.path}/xla-dump",
+               "JAX_COORDINATOR_ADDRESS": f"{run_id}:1234", "NCCL_DEBUG": "WARN", **({"NCCL_IB_HCA": ib} if ib else {})}
+        record.final = False
+        record.training = {"container": "podman", "environment": env}
+        run.record.unlink()
+        record.save(run.record)
+        runs.append((run, record))
+    result = compare_runs(tmp_path / "bundles", runs[0], runs[1])
+    drift = {d.what: (d.recorded, d.now) for d in result.drift if d.what.startswith("training env")}
+    # The run directories and per-run variables are no difference; the image's flag and a detected HCA are.
+    assert drift == {"training env XLA_FLAGS": ("--xla_image=1 --xla_dump_to={run_dir}/xla-dump",
+                                                "--xla_image=2 --xla_dump_to={run_dir}/xla-dump"),
+                     "training env NCCL_IB_HCA": ("mlx5_0", "unset")}
