@@ -189,8 +189,14 @@ def test_container_options_a_runtime_cannot_take_fail_at_build(kind: str, option
     assert f"{kind}.yaml:" in out.stderr and expected in out.stderr, out.stderr
 
 
-def test_privileged_builds_only_when_asked_and_check_reports_it(mxc: Mxc, tmp_path: Path) -> None:
+def test_privileged_builds_only_when_asked_and_check_reports_it(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "podman", runtime_extra="  container_options:\n    privileged: true\n")
+    built = mxc("build", str(spec), "-q", cwd=tmp_path)
+    assert built.returncode == 0 and "the podman container runs --privileged" in built.stderr, built.stderr
+    bundle = built.stdout.strip().splitlines()[-1]
+    assert "--privileged" in json.loads((mxc_home / "bundles" / bundle / "run.json").read_text())["container"]["options"]
+    shown = mxc("show", bundle[:12], cwd=tmp_path)
+    assert "warning: runtime.container_options.privileged" in shown.stdout, shown.stdout + shown.stderr
     out = mxc("check", str(spec), cwd=tmp_path)
     assert "runtime.container_options.privileged: warning[container-privileged]" in out.stdout + out.stderr, \
         out.stdout + out.stderr

@@ -62,3 +62,9 @@ def runtime_args(kind: str, opts: ContainerOptions) -> list[str]:
 def _limit(value: str) -> str:
     """``soft[:hard]`` -> ``soft:hard`` (a lone value is both, as ulimit -n N sets both)."""
     return value if ":" in value else f"{value}:{value}"
+
+
+def privileged_notice(kind: str) -> str:
+    """The line ``mxc build`` and ``mxc show`` print for a privileged container."""
+    return (f"runtime.container_options.privileged: the {kind} container runs --privileged "
+            "(every host device and capability; `mxc check` reports it as container-privileged)")
