@@ -124,7 +124,7 @@ OPTIONS = """\
   container_options:
     devices: [/dev/infiniband]
     group_add: [{group}]
-    ulimits: {{memlock: "-1", nofile: "1048576"}}
+    ulimits: {{memlock: -1, nofile: "1048576", stack: "8192:-1"}}
     shm_size: 64g
     cap_add: [SYS_PTRACE]
 """
@@ -142,6 +142,7 @@ def test_podman_and_docker_command_lines(kind: str, mxc: Mxc, mxc_home: Path, tm
         kind, "run", "--rm", "--network=host", "--ipc=host", "--security-opt=label=disable",
         "--device=/dev/kfd", "--device=/dev/dri/renderD129",
         "--device=/dev/infiniband", f"--group-add={group}", "--ulimit=memlock=-1:-1", "--ulimit=nofile=1048576:1048576",
+        "--ulimit=stack=8192:-1",
         "--shm-size=64g", "--cap-add=SYS_PTRACE",
         "--volume", f"{run}:{run}", "--volume", f"{run / 'output'}:{run / 'output'}", "--volume", f"{node}:{node}:ro",
         "--volume", "/data:/data:ro", "--volume", "/dev/infiniband:/dev/infiniband", *user,
@@ -179,6 +180,7 @@ def test_apptainer_command_line_cleanenv_and_without_gpu_libraries(mxc: Mxc, mxc
     ("podman", "    gpu_libraries: false\n", "runtime.container_options.gpu_libraries: only apptainer binds"),
     ("apptainer", "    ulimits: {nofile: '1:2'}\n", "runtime.container_options.ulimits: apptainer runs with the limits"),
     ("podman", "    ulimits: {nofiles: '1'}\n", "runtime.container_options.ulimits.nofiles"),
+    ("podman", "    ulimits: {nofile: -2}\n", "runtime.container_options.ulimits.nofile"),
     ("podman", "    devices: ['/dev/x y']\n", "runtime.container_options.devices.0"),
 ])
 def test_container_options_a_runtime_cannot_take_fail_at_build(kind: str, options: str, expected: str, mxc: Mxc,

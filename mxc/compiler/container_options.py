@@ -59,9 +59,10 @@ def runtime_args(kind: str, opts: ContainerOptions) -> list[str]:
     return []
 
 
-def _limit(value: str) -> str:
+def _limit(value: int | str) -> str:
     """``soft[:hard]`` -> ``soft:hard`` (a lone value is both, as ulimit -n N sets both)."""
-    return value if ":" in value else f"{value}:{value}"
+    text = str(value)
+    return text if ":" in text else f"{text}:{text}"
 
 
 def privileged_notice(kind: str) -> str:

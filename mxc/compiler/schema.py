@@ -345,9 +345,10 @@ class ContainerOptions(Strict):
         "keep-groups: rootless podman keeps the user's groups (access to /dev/kfd, /dev/dri, /dev/infiniband)")
     ulimits: dict[Annotated[str, StringConstraints(pattern=r"^(core|cpu|data|fsize|locks|memlock|msgqueue|nice|nofile|"
                                                                 r"nproc|rss|rtprio|rttime|sigpending|stack)$")],
-                  Annotated[str, StringConstraints(pattern=r"^(-1|[0-9]{1,20})(:(-1|[0-9]{1,20}))?$")]] = Field(
+                  Annotated[int, Field(ge=-1)] | Annotated[str, StringConstraints(
+                      pattern=r"^(-1|[0-9]{1,20})(:(-1|[0-9]{1,20}))?$")]] = Field(
         default_factory=dict, description="resource limits, soft[:hard], -1 unlimited (podman/docker --ulimit), "
-        "e.g. {memlock: '-1', nofile: '1048576:1048576'}")
+        "e.g. {memlock: -1, nofile: '1048576:1048576'}")
     shm_size: Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,12}[kmgKMG]?$")] | None = Field(
         None, description="size of /dev/shm (podman/docker --shm-size), e.g. 64g; with --ipc=host the host's is used")
     cap_add: list[Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z_]{1,31}$")]] = Field(
