@@ -339,3 +339,16 @@ def test_compare_shows_where_the_training_environment_differed(tmp_path: Path) -
     assert drift == {"training env XLA_FLAGS": ("--xla_image=1 --xla_dump_to={run_dir}/xla-dump",
                                                 "--xla_image=2 --xla_dump_to={run_dir}/xla-dump"),
                      "training env NCCL_IB_HCA": ("mlx5_0", "unset")}
+
+
+def test_sourcing_env_sh_joins_like_envmerge(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    """env.sh (for people and tools that source it) follows the same rule as the node program."""
+    spec = write_spec(tmp_path, "podman", env_extra="  merge:\n    LD_LIBRARY_PATH: prepend\n")
+    bundle = build(mxc, mxc_home, spec)
+    contract = contract_of(bundle)
+    for base in ({"XLA_FLAGS": "--xla_image=1 'quoted'", "LD_LIBRARY_PATH": "/image/lib"}, {}):
+        shown = subprocess.run(["bash", "-c", f'set -eu; source {bundle / "env.sh"}; env -0'],
+                               env={"PATH": os.environ["PATH"], **base}, capture_output=True, text=True, check=True)
+        sourced = dict(item.split("=", 1) for item in shown.stdout.split("\0") if "=" in item)
+        expected = envmerge.compose(base, contract.env, dict(contract.env_merge))
+        assert {k: sourced[k] for k in expected} == expected
