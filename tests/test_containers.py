@@ -352,3 +352,18 @@ def test_sourcing_env_sh_joins_like_envmerge(mxc: Mxc, mxc_home: Path, tmp_path:
         sourced = dict(item.split("=", 1) for item in shown.stdout.split("\0") if "=" in item)
         expected = envmerge.compose(base, contract.env, dict(contract.env_merge))
         assert {k: sourced[k] for k in expected} == expected
+
+
+def test_the_record_keeps_an_allow_listed_redacted_part_of_what_training_saw(tmp_path: Path) -> None:
+    from mxc.runtime.provenance import training
+
+    run = tmp_path / "run"
+    assert training.rank0(run, {}) is None  # before rank 0 started training
+    layout.rank_dir(run, 0).mkdir(parents=True)
+    envmerge.write_effective(str(layout.environment(run, 0)), {
+        "NCCL_DEBUG": "WARN", "SITE_VAR": "from the spec", "UNRELATED": "x", "HF_TOKEN": "hf_" + "aB3d" * 9,
+        "XLA_FLAGS": "--xla_dump_to=/tmp/ghp_" + "a1B2" * 9})
+    (layout.launch(run, 0)).write_text(json.dumps({"attempt": 1, "container": "podman", "skipped_mounts": ["/a:/b"]}))
+    got = training.rank0(run, {"env": {"vars": {"SITE_VAR": "from the spec"}}})
+    assert got == {"attempt": 1, "container": "podman", "skipped_mounts": ["/a:/b"],
+                   "environment": {"NCCL_DEBUG": "WARN", "SITE_VAR": "from the spec", "XLA_FLAGS": "--xla_dump_to=/tmp/***"}}
