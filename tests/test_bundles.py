@@ -6,6 +6,7 @@ import argparse
 import getpass
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,10 @@ def test_generated_scripts_pass_bash_n_and_shellcheck(spec: Path, mxc: Mxc, mxc_
                           capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout
     env_lines = (bundle / "env.sh").read_text().splitlines()
-    assert env_lines and all(line.startswith("export ") and "='" in line for line in env_lines)
+    # Every value single-quoted; a joined one (env.merge, XLA_FLAGS by default) has the shell's own value
+    # before (append) or after (prepend) it, in a double-quoted ${NAME:+...} of the same variable.
+    joined = re.compile(r"""export (\w+)=(?:"\$\{\1:\+\$\1[ :]\}")?'[^']*'(?:"\$\{\1:\+[ :]\$\1\}")?""")
+    assert env_lines and all(joined.fullmatch(line) for line in env_lines), env_lines
 
 
 # MaxText string keys (catalog 0.2.5) that carry the payloads as overrides: `mxc build` refuses

@@ -421,3 +421,12 @@ def test_invalid_spec_gives_schema_findings_and_no_rules() -> None:
     assert {f.rule for f in findings} == {"schema"}
     (f,) = findings
     assert f.suggestion == "did you mean 'nodes'?" and f.line == line_of(text, "nodez")
+
+
+# --- container-privileged ----------------------------------------------------------------------
+
+def test_container_privileged_is_reported_and_nothing_without_it() -> None:
+    podman = spec(GPU_SPEC, runtime__container="podman", runtime__container_options={"privileged": True})
+    (f,) = of_rule(check(podman)[0], "container-privileged")
+    assert f.severity == "warning" and f.key == "runtime.container_options.privileged" and "--privileged" in f.message
+    assert not of_rule(check(spec(GPU_SPEC, runtime__container="podman"))[0], "container-privileged")

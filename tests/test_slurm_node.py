@@ -40,8 +40,11 @@ def standin_bin(tmp_path: Path) -> Iterator[Path]:
     """bin/ with ``python`` (the native interpreter: its image check passes, ``-m ...`` runs the stand-in),
     ``podman`` and ``apptainer`` that run the stand-in as the container's ``python3``."""
     bin_dir = tmp_path / "bin"
+    # The container's first program is mxc's envmerge.py (REQUEST -- python3 -m ...): run it with this
+    # Python, and the stand-in trainer as the container's python3.
     run_standin = (f'while [ $# -gt 0 ] && [ "$1" != python3 ]; do shift; done\nshift\n'
-                   f'exec {sys.executable} {STANDIN} "$@"\n')
+                   f'merge=$1 request=$2\nshift 4\n'
+                   f'exec {sys.executable} "$merge" "$request" -- {sys.executable} {STANDIN} "$@"\n')
     executable(bin_dir / "python", f'#!/bin/bash\nif [ "$1" = -m ]; then exec {sys.executable} {STANDIN} "$@"; fi\nexit 0\n')
     executable(bin_dir / "podman", (
         "#!/bin/bash\n"
@@ -152,6 +155,9 @@ def test_a_slow_image_stage_holds_the_other_rank_at_the_barrier(mxc: Mxc, mxc_ho
     assert image_end[0] < image_end[1]  # node2 was the slow one
     assert barrier[0]["ranks"] == 2 and barrier[0]["time"] >= image_end[1] and barrier[0]["waited_s"] > 0
     assert min(train_start.values()) >= image_end[1], "a rank started training before every image was ready"
+    # The record shows rank 0's environment as training saw it inside the (stand-in) container.
+    training = final.training or {}
+    assert training["container"] == "podman" and training["environment"]["JAX_NUM_PROCESSES"] == "2", training
 
 
 def test_two_nodes_fetching_one_image_leave_one_file(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,

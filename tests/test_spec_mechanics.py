@@ -90,13 +90,19 @@ def test_placeholders_and_a_rank_0_xla_dump_on_a_real_tiny_run(mxc: Mxc, mxc_hom
     spec.write_text(RANKS_SPEC)
     built = _built(mxc, mxc_home, spec)
     assert "dataset_name=ds-{rank}-{{literal}}" in built["run"]["train"]["args"]  # the bundle keeps the template
-    out = mxc("run", "-q", cwd=tmp_path)
+    # The node's own XLA_FLAGS (natively, the node is the image) stays: the spec's flags are appended.
+    out = mxc("run", "-q", cwd=tmp_path, env={"XLA_FLAGS": "--xla_dump_hlo_as_text"})
     assert out.returncode == 0, out.stderr
     run = mxc_home / "runs" / out.stdout.strip()
     dumps = list((run / "xla-dump" / "rank-0").glob("module_*"))
     assert dumps, f"no XLA dump in {run / 'xla-dump'}"
+    assert list((run / "xla-dump" / "rank-0").glob("module_*.txt")), "the node's --xla_dump_hlo_as_text was dropped"
     log = (run / "train.log").read_text()
     assert "Config param dataset_name: ds-0-{literal}\n" in log
+    # The record shows the environment training saw on rank 0, joined and filled in.
+    training = json.loads((run / "record.json").read_text())["training"]
+    assert training["environment"]["XLA_FLAGS"] == f"--xla_dump_hlo_as_text --xla_dump_to={run}/xla-dump/rank-0"
+    assert training["environment"]["SITE_TAG"] == f"{run.name}-a0" and training["container"] == "native"
 
 
 def test_rank_environments_replace_the_shared_one_on_their_rank_only(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:

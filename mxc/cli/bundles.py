@@ -70,6 +70,10 @@ def _build(args: argparse.Namespace) -> int:
         from mxc.compiler.env_policy import opt_in_notice
 
         print(f"mxc: warning: {opt_in_notice(bundle.spec.env.allow_dangerous)}", file=sys.stderr)
+    if bundle.spec.runtime.container_options.privileged:
+        from mxc.compiler.container_options import privileged_notice
+
+        print(f"mxc: warning: {privileged_notice(bundle.spec.runtime.container)}", file=sys.stderr)
     st = store()
     stored, outcome = st.put(bundle.files, bundle.hash)
     st.set_last(bundle.hash)
@@ -164,6 +168,12 @@ def _show(args: argparse.Namespace) -> int:
         from mxc.compiler.env_policy import opt_in_notice
 
         print(f"warning: {opt_in_notice([str(n) for n in opt_in])}")
+    runtime = spec.get("runtime")
+    options = runtime.get("container_options") if isinstance(runtime, dict) else None
+    if isinstance(options, dict) and options.get("privileged") is True:
+        from mxc.compiler.container_options import privileged_notice
+
+        print(f"warning: {privileged_notice(str(runtime.get('container')))}")
     return 0
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mxc.compiler import config_file
+from mxc.compiler import config_file, container_options
 from mxc.compiler.schema import JobSpec, Scalar
 from mxc.compiler.slurm import time_seconds
 from mxc.node.contract import (
@@ -89,6 +89,15 @@ def _environment(spec: JobSpec, variables: Mapping[str, Scalar], flags: Mapping[
         env["XLA_FLAGS"] = f"{text} {raw}" if raw else text
     env["MXC_JOB_NAME"] = spec.name
     return sorted(env.items())
+
+
+def env_merge(spec: JobSpec) -> list[tuple[str, str]]:
+    """(variable, mode) for every variable the spec sets whose value joins the image's: env.merge, and
+    XLA_FLAGS appended by default (MaxText-Slurm's practice: the image's flags stay, the spec's come last)."""
+    names = {name for name, _ in environment(spec)} | {n for r in rank_environments(spec) for n, _ in r.env}
+    modes = {"XLA_FLAGS": "append"} if "XLA_FLAGS" in names else {}
+    modes.update(spec.env.merge)
+    return sorted((name, mode) for name, mode in modes.items() if mode != "replace")
 
 
 def maxtext_args(spec: JobSpec) -> list[str]:
@@ -171,7 +180,8 @@ def build_contract(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) 
         code=Code(repo=spec.code.repo, commit=spec.code.commit, maxtext_version=spec.code.maxtext_version,
                   from_image=spec.code.from_image),
         slurm=Slurm(directives=sbatch_directives(spec), modules=list(rt.modules), partition=spec.resources.partition,
-                    time_limit_s=time_seconds(spec.resources.time), signal_seconds=rt.signal_seconds),
+                    time_limit_s=time_seconds(spec.resources.time), signal_seconds=rt.signal_seconds,
+                    env=sorted((k, scalar_text(v)) for k, v in spec.resources.slurm_env.items())),
         stages=[
             Stage("preflight", rt.timeouts.preflight, PREFLIGHT_GRACE_S),
             Stage("image", rt.timeouts.image, IMAGE_GRACE_S),
@@ -198,11 +208,14 @@ def build_contract(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) 
         env=environment(spec),
         rank_env=rank_environments(spec),
         detect=list(spec.env.detect),
+        env_merge=env_merge(spec),
         container=Container(
             kind=rt.container, image_ref=image.ref if image else None, image_digest=image.digest if image else None,
             gpu_vendor=spec.resources.gpu_vendor, mounts=list(rt.mounts),
             python=rt.python if rt.container == "native" else "python3",
-            maxtext_version=spec.code.maxtext_version,
+            maxtext_version=spec.code.maxtext_version, optional_mounts=list(rt.optional_mounts),
+            options=container_options.runtime_args(rt.container, rt.container_options),
+            gpu_libraries=rt.container_options.gpu_libraries,
         ),
         preflight=Preflight(
             gpus=rt.preflight.gpus and spec.resources.gpus_per_node > 0, expected_gpus=spec.resources.gpus_per_node,

@@ -16,6 +16,8 @@ import jinja2
 from mxc.compiler.contract_build import build_contract
 from mxc.compiler.precompiled import PrecompiledLoader
 from mxc.compiler.schema import JobSpec
+from mxc.node.contract import RunContract
+from mxc.node.envmerge import separator
 from mxc.node.typed import to_compact_dict
 
 TEMPLATE_VERSION = "2"
@@ -45,6 +47,25 @@ _ENV = jinja2.Environment(
 _ENV.filters["sq"] = sq
 
 
+def env_words(contract: RunContract) -> list[tuple[str, str]]:
+    """(name, shell word) for env.sh: each value quoted, joined with the value already in the shell as
+    run.json's env_merge says (what envmerge.py does with the image's), so sourcing it does the same."""
+    modes = dict(contract.env_merge)
+    out = []
+    for name, value in contract.env:
+        sep = separator(name)
+        mode = modes.get(name, "replace")
+        if mode != "replace" and not value:
+            out.append((name, f'"${{{name}:-}}"'))  # nothing to join: the value already there stays
+        elif mode == "append":
+            out.append((name, f'"${{{name}:+${name}{sep}}}"' + sq(value)))
+        elif mode == "prepend":
+            out.append((name, sq(value) + f'"${{{name}:+{sep}${name}}}"'))
+        else:
+            out.append((name, sq(value)))
+    return out
+
+
 def node_program() -> dict[str, str]:
     """mxc/node/*.py as bundle files ``mxc_node/<name>.py``: the node program, verbatim, under the bundle hash."""
     package = resources.files("mxc.node")
@@ -57,7 +78,8 @@ def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = N
            config_keys: Mapping[str, Any] | None = None) -> dict[str, str]:
     """All bundle files but the manifest, by name. ``config_keys``: those of model.config_file."""
     contract = build_contract(spec, config_keys or {})
-    context = {"spec": spec, "contract": contract, "template_version": TEMPLATE_VERSION, "node_package": NODE_PACKAGE}
+    context = {"spec": spec, "contract": contract, "template_version": TEMPLATE_VERSION, "node_package": NODE_PACKAGE,
+               "env_words": env_words(contract)}
     files = {
         "spec.json": spec_json,
         "run.json": canonical_json(to_compact_dict(contract)),

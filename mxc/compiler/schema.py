@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from mxc.compiler import env_policy
+from mxc.compiler import container_options, env_policy, slurm_env
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.gitrepo import repo_problem
@@ -36,6 +36,7 @@ Commit = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 Scalar = bool | int | float | str
+MergeMode = Literal["replace", "append", "prepend"]
 SlurmTime = Annotated[
     str, StringConstraints(pattern=r"^(\d{1,6}-)?\d{1,2}(:\d{2}){0,2}$|^\d{1,9}$|^\d{1,6}-\d{1,6}$")
 ]
@@ -317,6 +318,12 @@ class Env(EnvValues):
         default_factory=dict, description="per-rank additions by rank number, e.g. an XLA dump on rank 0 only: "
         "{'0': {xla_flags: {xla_dump_to: '{run_dir}/xla-dump'}}} (rank numbers quoted: keys are strings)"
     )
+    merge: dict[EnvName, MergeMode] = Field(
+        default_factory=dict, description="how a spec value meets the value the image already has (native: the "
+        "node's environment), per variable: replace, append (the image's value, then the spec's) or prepend; joined "
+        "by ':' for *PATH variables, a space otherwise. Default: XLA_FLAGS append (the spec's flags come last, so "
+        "they win), every other variable replace (docs/containers.md)"
+    )
 
     @field_validator("detect")
     @classmethod
@@ -339,6 +346,13 @@ class Env(EnvValues):
             if found:
                 name, why = found[0]
                 raise ValueError(f"{where}.{name}: {why}" if name in values else f"allow_dangerous: {why}")
+        set_anywhere = {*self.vars, *(n for e in self.ranks.values() for n in e.vars)}
+        if self.xla_flags or any(e.xla_flags for e in self.ranks.values()):
+            set_anywhere.add("XLA_FLAGS")
+        for name in self.merge:
+            if name not in set_anywhere:
+                raise ValueError(f"merge.{name}: the spec does not set {name} (env.vars or, for XLA_FLAGS, "
+                                 "env.xla_flags); remove it from env.merge")
         return self
 
     @model_serializer(mode="wrap")
@@ -346,7 +360,7 @@ class Env(EnvValues):
         """No opt-in or rank additions, no key: spec.json (and so every bundle hash) stays what it was
         before these fields existed."""
         data: dict[str, Any] = handler(self)
-        for key in ("allow_dangerous", "ranks", "detect"):
+        for key in ("allow_dangerous", "ranks", "detect", "merge"):
             if not getattr(self, key):
                 data.pop(key, None)
         return data
@@ -370,6 +384,28 @@ class Resources(Strict):
     sbatch_extra: list[Annotated[str, StringConstraints(pattern=r"^--[a-z][a-z0-9-]*(=.+)?$")]] = Field(
         default_factory=list, description="extra sbatch options for site needs, e.g. --gpu-bind=closest"
     )
+    slurm_env: dict[EnvName, Scalar] = Field(
+        default_factory=dict, description="variables for Slurm's own commands (srun reads them), exported by "
+        "job.sbatch before the job step starts, e.g. {SLURM_TREE_WIDTH: 128}: SLURM_*, SRUN_*, PMIX_* and PMI_* "
+        "names, not those Slurm sets for the job (docs/containers.md)"
+    )
+
+    @field_validator("slurm_env")
+    @classmethod
+    def _slurm_inputs(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
+        for name, val in value.items():
+            problem = slurm_env.problem(name, val if isinstance(val, str) else str(val))
+            if problem:
+                raise ValueError(f"'{name}': {problem}")
+        return value
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_slurm_env(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No Slurm variables, no key: spec.json (and every bundle hash) stays what it was before the field."""
+        data: dict[str, Any] = handler(self)
+        if not self.slurm_env:
+            data.pop("slurm_env", None)
+        return data
 
     @model_validator(mode="after")
     def _gpus_have_vendor(self) -> Self:
@@ -414,11 +450,41 @@ class HangWatch(Strict):
     step_timeout: int = Field(900, ge=1, description="seconds without a new step, once the first step is done")
 
 
+class ContainerOptions(Strict):
+    """Extra options of the container runtime (podman, docker, apptainer), each validated and
+    translated per runtime by mxc (mxc/compiler/container_options.py; docs/containers.md)."""
+
+    devices: list[Annotated[str, StringConstraints(pattern=r"^/dev/[A-Za-z0-9_./-]+$")]] = Field(
+        default_factory=list, description="host devices the container sees, e.g. /dev/infiniband (podman/docker "
+        "--device; apptainer sees the host's /dev already)")
+    group_add: list[Annotated[str, StringConstraints(pattern=r"^([a-z_][a-z0-9_-]{0,31}|[0-9]{1,10}|keep-groups)$")]] = Field(
+        default_factory=list, description="supplementary groups, by name or number (podman/docker --group-add); "
+        "keep-groups: rootless podman keeps the user's groups (access to /dev/kfd, /dev/dri, /dev/infiniband)")
+    ulimits: dict[Annotated[str, StringConstraints(pattern=r"^(core|cpu|data|fsize|locks|memlock|msgqueue|nice|nofile|"
+                                                                r"nproc|rss|rtprio|rttime|sigpending|stack)$")],
+                  Annotated[int, Field(ge=-1)] | Annotated[str, StringConstraints(
+                      pattern=r"^(-1|[0-9]{1,20})(:(-1|[0-9]{1,20}))?$")]] = Field(
+        default_factory=dict, description="resource limits, soft[:hard], -1 unlimited (podman/docker --ulimit), "
+        "e.g. {memlock: -1, nofile: '1048576:1048576'}")
+    shm_size: Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,12}[kmgKMG]?$")] | None = Field(
+        None, description="size of /dev/shm (podman/docker --shm-size), e.g. 64g; with --ipc=host the host's is used")
+    cap_add: list[Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z_]{1,31}$")]] = Field(
+        default_factory=list, description="Linux capabilities without CAP_, e.g. SYS_PTRACE (podman/docker --cap-add, "
+        "apptainer --add-caps)")
+    privileged: bool = Field(
+        False, description="podman/docker --privileged: every device and capability; `mxc check` reports it "
+        "(rule container-privileged)")
+    gpu_libraries: bool = Field(
+        True, description="apptainer: bind the host's GPU driver libraries (--rocm / --nv); false for images that "
+        "bring their own ROCm or CUDA user space")
+
+
 class Runtime(Strict):
     """Where and how the bundle runs."""
 
     backend: Literal["local", "slurm"] = Field("local", description="local: this machine; slurm: sbatch")
-    container: Literal["apptainer", "podman", "native"] = Field("native", description="how the training process is isolated")
+    container: Literal["apptainer", "podman", "docker", "native"] = Field(
+        "native", description="how the training process is isolated")
     timeouts: Timeouts = Field(default_factory=Timeouts)
     preflight: Preflight = Field(default_factory=Preflight)
     python: str = Field("python3", description="interpreter for native runs (on PATH or absolute)")
@@ -428,8 +494,26 @@ class Runtime(Strict):
     mounts: list[Annotated[str, StringConstraints(pattern=MOUNT_PATTERN)]] = Field(
         default_factory=list, description="container bind mounts, /host:/container[:ro]"
     )
+    optional_mounts: list[Annotated[str, StringConstraints(pattern=MOUNT_PATTERN)]] = Field(
+        default_factory=list, description="bind mounts made only where the host path exists on the node "
+        "(e.g. /dev/infiniband, a site's RDMA libraries); a skipped one is logged and kept in the run record"
+    )
+    container_options: ContainerOptions = Field(
+        default_factory=ContainerOptions, description="extra container runtime options: devices, groups, limits, "
+        "/dev/shm size, capabilities (docs/containers.md)")
     cores: CoreDumps = Field(default_factory=CoreDumps)
     hang: HangWatch = Field(default_factory=HangWatch)
+
+    @model_serializer(mode="wrap")
+    def _omit_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Fields a spec does not use stay out of spec.json, so bundle hashes of specs written before
+        them stay what they were."""
+        data: dict[str, Any] = handler(self)
+        if not self.optional_mounts:
+            data.pop("optional_mounts", None)
+        if self.container_options == ContainerOptions():
+            data.pop("container_options", None)
+        return data
 
 
 class Observability(Strict):
@@ -525,7 +609,7 @@ class JobSpec(Strict):
     def _consistent(self) -> Self:
         if self.runtime.container == "native":
             if self.image is not None:
-                raise ValueError("image: runtime.container is native, so remove 'image' (or pick apptainer/podman)")
+                raise ValueError("image: runtime.container is native, so remove 'image' (or pick apptainer/podman/docker)")
         elif self.image is None:
             raise ValueError(f"image: required (ref + digest) because runtime.container is {self.runtime.container}")
         if self.runtime.container == "native" and self.code.from_image:
@@ -537,6 +621,11 @@ class JobSpec(Strict):
         if self.code.from_image and self.runtime.container == "apptainer" and self.code.entry.workdir is None:
             raise ValueError("code.entry.workdir: apptainer starts in the host's directory, not the image's; name "
                              "where the image's MaxText is (e.g. /workspace/maxtext)")
+        problem = container_options.problem(self.runtime.container, self.runtime.container_options)
+        if problem:
+            raise ValueError(f"runtime.container_options.{problem}")
+        if self.runtime.optional_mounts and self.runtime.container == "native":
+            raise ValueError("runtime.optional_mounts: mounts are for containers; runtime.container is native")
         if self.runtime.backend == "local" and self.resources.nodes > 1:
             raise ValueError("resources.nodes: runtime.backend local runs on one node; set nodes to 1 or backend: slurm")
         for rank in self.env.ranks:

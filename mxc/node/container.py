@@ -1,31 +1,43 @@
 """How a rank gets its training environment (the image stage) and the command prefix that starts
-Python in it (the launcher), for each ``runtime.container``: native, podman, apptainer.
+Python in it (the launcher), for each ``runtime.container``: native, podman, docker, apptainer.
 
 * native: the image is the interpreter itself: the stage checks that it imports the pinned maxtext;
-* podman: the image by digest exists in the node's store or is pulled; the container sees only the
-  GPUs Slurm allocated to the task (NVIDIA through CDI names, AMD through /dev/kfd and the DRM
-  render nodes of the KFD topology), and only the variables the training needs;
+* podman, docker: the image by digest exists in the node's store or is pulled; the container sees
+  only the GPUs Slurm allocated to the task (NVIDIA through CDI names, AMD through /dev/kfd and the
+  DRM render nodes of the KFD topology);
 * apptainer: a ``.sif`` path is verified against the pinned digest; a registry image is pulled
-  once into the shared image cache (imagecache.py: a lock, a unique temporary file, a rename).
+  once into the shared image cache (imagecache.py: a lock, a unique temporary file, a rename);
+  ``--cleanenv``: the container starts from the image's environment, as under podman and docker.
+
+In every container the first program is envmerge.py (mounted read-only from the bundle): it joins
+the spec's variables with the image's own as run.json says (``env_merge``) and starts training.
+No variable goes through the runtime's ``--env``, whose precedence differs between runtimes.
+Mounts of ``runtime.optional_mounts`` whose host path is absent are skipped, and the launch says so.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
-from . import imagecache
-from .contract import Container
+from . import atomicfile, envmerge, imagecache, layout
+from .contract import Container, RunContract
 from .imagecache import ImageError
 
-# Variables a Podman container gets besides the spec's own (env.sh): what training reads on the node.
-PODMAN_PASSED = ("PYTHONFAULTHANDLER", "PYTHONPATH", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+# Variables a container gets besides the spec's own (env.sh): what training reads on the node.
+# (PYTHONPATH: the code checkout is put before the spec's or the image's, container_env.)
+PODMAN_PASSED = ("PYTHONFAULTHANDLER", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
                  "JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_IP", "JAX_COORDINATOR_PORT", "NNODES", "NODE_RANK",
                  "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "MXC_RUN_DIR", "MXC_RANK", "MXC_ATTEMPT")
+# Apptainer sees the host's GPUs; these say which of them the task has (podman and docker map the
+# devices instead, and number them from 0 inside).
+GPU_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+OCI_RUNTIMES = ("podman", "docker")
 MAXTEXT_CHECK = ("import sys, maxtext.version as v; "
                  "sys.exit(0 if v.__version__ == sys.argv[1] else "
                  "'maxtext ' + v.__version__ + ' is installed, the spec pins ' + sys.argv[1])")
@@ -70,13 +82,14 @@ def prepare(c: Container, python: str, cache: Path, deadline: float) -> Image:
         if rc != 0:
             raise ImageError(f"{python} cannot run the training (maxtext check exit {rc})")
         return Image(python, "native")
-    if c.kind == "podman":
+    if c.kind in OCI_RUNTIMES:
         ref = podman_ref(c)
-        if _run(["podman", "image", "exists", ref], deadline) == 0:
+        exists = ["podman", "image", "exists", ref] if c.kind == "podman" else ["docker", "image", "inspect", ref]
+        if _run(exists, deadline) == 0:
             return Image(ref, "exists")
-        rc = _run(["podman", "pull", ref], deadline)
+        rc = _run([c.kind, "pull", ref], deadline)
         if rc != 0:
-            raise ImageError(f"podman pull {ref} failed (exit {rc})")
+            raise ImageError(f"{c.kind} pull {ref} failed (exit {rc})")
         return Image(ref, "pulled")
     if c.kind == "apptainer":
         sif = sif_path(c, cache)
@@ -138,33 +151,85 @@ def podman_devices(vendor: str, gpus: list[int], kfd_nodes: Path) -> list[str]:
     return []
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How training starts: the command prefix (``<prefix> -m module args``), and for containers
+    the variables envmerge.py gets (``request``) and the optional mounts left out."""
+
+    prefix: list[str]
+    request: list[tuple[str, str, str]]
+    skipped_mounts: list[str]
+
+
+def container_env(c: Container, env: Mapping[str, str], spec_env: list[tuple[str, str]], modes: Mapping[str, str],
+                  code_path: str | None) -> list[tuple[str, str, str]]:
+    """What a container's envmerge.py joins, in order, as (name, value, mode): the spec's values as
+    written (the image's join them there, as ``modes`` says), the node's facts from ``env``
+    (apptainer: and the GPUs Slurm gave the task), and the code checkout first on PYTHONPATH."""
+    names = [*PODMAN_PASSED, *(GPU_VISIBILITY if c.kind == "apptainer" else ())]
+    spec_names = {name for name, _ in spec_env}
+    out = [(name, value, modes.get(name, "replace")) for name, value in spec_env]
+    out += [(name, env[name], "replace") for name in names if name in env and name not in spec_names]
+    if code_path:
+        out.append(("PYTHONPATH", code_path, "prepend"))
+    return out
+
+
+def mounts(c: Container, exists: Callable[[str], bool] = os.path.exists) -> tuple[list[str], list[str]]:
+    """(the mounts made, the optional ones skipped because their host path is absent on this node)."""
+    skipped = [m for m in c.optional_mounts if not exists(m.split(":", 1)[0])]
+    return [*c.mounts, *(m for m in c.optional_mounts if m not in skipped)], skipped
+
+
 def launcher(c: Container, python: str, image: Image, env: Mapping[str, str], run_dir: Path, output_dir: Path,
-             code_dir: str | None, env_names: list[str], kfd_nodes: Path = Path("/sys/class/kfd/kfd/topology/nodes"),
-             workdir: str | None = None) -> list[str]:
+             code_dir: str | None, spec_env: list[tuple[str, str]], modes: Mapping[str, str], code_path: str | None,
+             node_dir: Path, request_file: Path, kfd_nodes: Path = Path("/sys/class/kfd/kfd/topology/nodes"),
+             exists: Callable[[str], bool] = os.path.exists, workdir: str | None = None) -> Launch:
     """The command prefix that runs the training's Python (``<prefix> -m module args``). ``workdir``:
     where the image's own MaxText lives (code.from_image, no checkout), the container's working directory."""
     if c.kind == "native":
-        return [python]
-    if c.kind == "podman":
-        argv = ["podman", "run", "--rm", "--network=host", "--ipc=host", "--security-opt=label=disable"]
+        return Launch([python], [], [])
+    binds, skipped = mounts(c, exists)
+    node = str(node_dir)
+    shim = ["python3", f"{node}/envmerge.py", str(request_file), "--", "python3"]
+    request = container_env(c, env, spec_env, modes, code_path)
+    if c.kind in OCI_RUNTIMES:
+        argv = [c.kind, "run", "--rm", "--network=host", "--ipc=host", "--security-opt=label=disable"]
         argv += podman_devices(c.gpu_vendor, allocated_gpus(env), kfd_nodes)
-        for name in [*env_names, *PODMAN_PASSED]:
-            argv += ["--env", name]
-        argv += ["--volume", f"{run_dir}:{run_dir}", "--volume", f"{output_dir}:{output_dir}"]
-        for mount in c.mounts:
+        argv += c.options
+        argv += ["--volume", f"{run_dir}:{run_dir}", "--volume", f"{output_dir}:{output_dir}",
+                 "--volume", f"{node}:{node}:ro"]
+        for mount in binds:
             argv += ["--volume", mount]
+        if c.kind == "docker":  # docker runs as root unless told: files in the run directory stay the user's
+            argv += [f"--user={os.getuid()}:{os.getgid()}"]
         if code_dir:
             argv += ["--volume", f"{code_dir}:{code_dir}:ro", "--workdir", code_dir]
         elif workdir:
             argv += ["--workdir", workdir]
-        return [*argv, image.ref, "python3"]
-    gpu = {"amd": ["--rocm"], "nvidia": ["--nv"]}.get(c.gpu_vendor, [])
-    argv = ["apptainer", "exec", *gpu, "--bind", str(run_dir), "--bind", str(output_dir)]
-    for mount in c.mounts:
+        return Launch([*argv, image.ref, *shim], request, skipped)
+    gpu = {"amd": ["--rocm"], "nvidia": ["--nv"]}.get(c.gpu_vendor, []) if c.gpu_libraries else []
+    argv = ["apptainer", "exec", "--cleanenv", *gpu, *c.options, "--bind", str(run_dir), "--bind", str(output_dir),
+            "--bind", f"{node}:{node}:ro"]
+    for mount in binds:
         argv += ["--bind", mount]
     if code_dir:
         argv += ["--bind", f"{code_dir}:{code_dir}:ro", "--pwd", code_dir]
     elif workdir:
         argv += ["--pwd", workdir]
-    return [*argv, image.ref, "python3"]
+    return Launch([*argv, image.ref, *shim], request, skipped)
 
+
+def write_launch(run: Path, rank: int, attempt: int, contract: RunContract, launch: Launch,
+                 train_env: Mapping[str, str]) -> None:
+    """The rank's launch files: launch.json (container, optional mounts skipped); for a container,
+    envmerge.py's request; natively, the environment training starts with (in a container,
+    envmerge.py writes that itself, once it has joined the image's)."""
+    layout.rank_dir(run, rank).mkdir(parents=True, exist_ok=True)
+    record = str(layout.environment(run, rank))
+    if contract.container.kind == "native":
+        envmerge.write_effective(record, train_env)
+    else:
+        envmerge.write_request(str(layout.env_request(run, rank, attempt)), launch.request, record)
+    atomicfile.write_json(layout.launch(run, rank), {"attempt": attempt, "container": contract.container.kind,
+                                                     "skipped_mounts": launch.skipped_mounts})

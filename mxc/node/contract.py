@@ -32,6 +32,7 @@ class Slurm:
     partition: str | None  # resources.partition (the record shows it before the job starts)
     time_limit_s: int  # resources.time in seconds; 0: none
     signal_seconds: int  # USR2 this long before the time limit (--signal=B:USR2@N)
+    env: list[tuple[str, str]] = field(default_factory=list)  # resources.slurm_env: exported before srun
     __pydantic_config__ = STRICT
 
 
@@ -104,13 +105,16 @@ class Train:
 
 @dataclass(frozen=True)
 class Container:
-    kind: str  # native | podman | apptainer
+    kind: str  # native | podman | docker | apptainer
     image_ref: str | None
     image_digest: str | None
     gpu_vendor: str  # amd | nvidia | none
     mounts: list[str]  # /host:/container[:ro]
     python: str  # native: runtime.python (MXC_PYTHON wins); containers: the image's python3
     maxtext_version: str | None  # native: the pinned maxtext the image stage checks
+    optional_mounts: list[str] = field(default_factory=list)  # made only where the host path exists
+    options: list[str] = field(default_factory=list)  # the runtime's extra options (compiler/container_options.py)
+    gpu_libraries: bool = True  # apptainer: --rocm / --nv
     __pydantic_config__ = STRICT
 
 
@@ -219,6 +223,9 @@ class RunContract:
     rank_env: list[RankEnvironment] = field(default_factory=list)
     detect: list[str] = field(default_factory=list)  # env.detect: detectors the node program runs (detect.py)
     notify: Notify | None = None
+    # (variable, append | prepend) where the spec's value joins the image's (native: the node's) instead of
+    # replacing it (envmerge.py); a variable not listed replaces
+    env_merge: list[tuple[str, str]] = field(default_factory=list)
     __pydantic_config__ = STRICT
 
     def stage(self, name: str) -> Stage:

@@ -16,6 +16,8 @@ RANK_EVENTS = "events.jsonl"
 PREFLIGHT = "preflight.json"
 DETECTED = "detected.json"  # env.detect: what each detector read and set on this rank (detect.py)
 TRAINER = "trainer.json"  # the rank's running trainer: pid, start time, node (mxc stacks finds it by this)
+ENVIRONMENT = "environment.json"  # the environment the rank's training started with (envmerge.py)
+LAUNCH = "launch.json"  # how the rank started training: the command, the optional mounts skipped
 
 
 def rank_dir(run: Path, rank: int) -> Path:
@@ -37,6 +39,20 @@ def detected(run: Path, rank: int) -> Path:
 
 def trainer_record(run: Path, rank: int) -> Path:
     return rank_dir(run, rank) / TRAINER
+
+
+def environment(run: Path, rank: int) -> Path:
+    """The effective environment of the rank's latest training start (the run record shows rank 0's)."""
+    return rank_dir(run, rank) / ENVIRONMENT
+
+
+def launch(run: Path, rank: int) -> Path:
+    return rank_dir(run, rank) / LAUNCH
+
+
+def env_request(run: Path, rank: int, attempt: int) -> Path:
+    """What a container's envmerge.py reads: the spec's variables and how they join the image's."""
+    return rank_dir(run, rank) / f"env-request.attempt-{attempt}.json"
 
 
 def batch_events(run: Path) -> Path:

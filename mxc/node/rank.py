@@ -35,6 +35,7 @@ from . import (
     checkpoints,
     container,
     detect,
+    envmerge,
     events,
     integrity,
     layout,
@@ -76,6 +77,7 @@ class Rank:
         self.attempt = int(env.get("MXC_ATTEMPT") or env.get("SLURM_RESTART_COUNT") or 0)
         self.job_id = env.get("SLURM_JOB_ID", "")
         self.coordinator = env.get("MXC_COORDINATOR", "")
+        self.spec_env: list[tuple[str, str]] = []
         self.stop = StopRequest()
         self.interruptible = True  # before training: a stop request ends the current stage at once
         self.stage_name = "setup"
@@ -234,10 +236,11 @@ class Rank:
     # ---- training
 
     def _environment(self, contract: RunContract, output_dir: Path) -> dict[str, str]:
-        env = dict(self.env)
         known = self._placeholder_values()
-        # env.sh (and env.ranks): the spec's values win over inherited ones, run-time placeholders filled in
-        env.update((name, placeholders.fill(value, known)) for name, value in contract.env_of(self.rank))
+        # env.sh (and env.ranks), run-time placeholders filled in; each replaces the inherited value or
+        # joins it (run.json's env_merge); in a container, envmerge.py joins them with the image's instead
+        self.spec_env = [(name, placeholders.fill(value, known)) for name, value in contract.env_of(self.rank)]
+        env = envmerge.compose(self.env, self.spec_env, dict(contract.env_merge))
         env.update(postmortem.faulthandler_env(env))
         env.update(MXC_RUN_DIR=str(self.run), MXC_BUNDLE_DIR=str(self.bundle), MXC_ATTEMPT=str(self.attempt),
                    MXC_CHECKPOINT_DIR=str(output_dir))
@@ -304,18 +307,29 @@ class Rank:
             args.insert(0, str(self._place_config(contract.train.config_file)))
         args += [f"{a.key}={values[a.value]}" for a in contract.train.runtime_args]
         args += contract.train.distributed_args if (self.coordinator or self.nprocs > 1) else contract.train.single_args
-        env_names = [name for name, _ in contract.env_of(self.rank)]
-        env_names += [name for name in self.detected if name not in env_names]
-        launcher = container.launcher(contract.container, python, image, env, self.run, output_dir, code_dir, env_names,
-                                      workdir=contract.train.workdir)
+        train_env = dict(env, MXC_RANK=str(self.rank))
+        # what the container's envmerge.py joins: the spec's values, then what env.detect found on this node
+        wanted = [*self.spec_env, *((name, env[name]) for name in self.detected if name in env)]
+        launch = container.launcher(contract.container, python, image, train_env, self.run, output_dir, code_dir,
+                                    wanted, dict(contract.env_merge),
+                                    f"{code_dir}/{contract.train.pythonpath}" if code_dir else None,
+                                    Path(__file__).resolve().parent, layout.env_request(self.run, self.rank, self.attempt),
+                                    workdir=contract.train.workdir)
+        launcher = launch.prefix
         exe = shutil.which(launcher[0]) if len(launcher) == 1 else None
+        for mount in launch.skipped_mounts:
+            self.log(f"mount {mount} skipped: its host path does not exist here (runtime.optional_mounts)")
+        try:
+            container.write_launch(self.run, self.rank, self.attempt, contract, launch, train_env)
+        except OSError as exc:
+            self.log(f"cannot write the launch files: {exc}")
+            return self.exit("train", 1, policy.STAGE_FAILED, f"cannot write the launch files: {exc}")
         observer = self._start_observer(contract, node_env)
         if observer is not None:
             launcher = [env["MXC_AGENT_PYTHON"], "-m", "mxc.runtime.observe.ray_node_launch", "--run-dir", str(self.run),
                         "--node", self.node, "--rank", str(self.rank), "--attempt", str(self.attempt), "--", *launcher]
         target = [contract.train.script] if contract.train.script else ["-m", contract.train.module]
         argv = [*launcher, *target, *args]
-        train_env = dict(env, MXC_RANK=str(self.rank))
         self.log(f"train: {' '.join(argv)}")
         stage = contract.stage("train")
         self.stage_name = "train"

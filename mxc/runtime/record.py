@@ -93,6 +93,9 @@ class RunRecord(BaseModel):
     compile_s: float | None = None  # the first finished compilation of the train step (local runs; trainlog.PHASE_LINES)
     message: str | None = None
     detected: dict[str, Any] | None = None  # env.detect, by rank: what each detector found and set (runtime/detections.py)
+    # rank 0's training start: the environment training saw (image's and spec's joined; allow-listed,
+    # redacted like `environment`), optional mounts skipped, container (mxc/runtime/provenance/training.py)
+    training: dict[str, Any] | None = None
 
     def save(self, path: Path) -> None:
         if path.exists():

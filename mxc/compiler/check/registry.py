@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from mxc.compiler.check import rules_env, rules_maxtext, rules_notify, rules_resources, rules_xla
+from mxc.compiler.check import rules_container, rules_env, rules_maxtext, rules_notify, rules_resources, rules_xla
 from mxc.compiler.check.findings import Severity
 from mxc.compiler.check.subject import Issue, Subject
 
@@ -64,6 +64,7 @@ RULES: tuple[Rule, ...] = (
     Rule("checkpoint-time", "error", rules_resources.checkpoint_time, _SHAPE | {"checkpoint", "runtime"}),
     Rule("restart-checkpoint", "warning", rules_resources.restart_checkpoint, frozenset({"restart", "checkpoint"})),
     Rule("notify-destination", "error", rules_notify.notify_destination, frozenset({"notify"})),
+    Rule("container-privileged", "warning", rules_container.container_privileged, frozenset({"runtime"})),
 )
 
 # Findings that do not come from a rule function, with what they mean (docs, junit).

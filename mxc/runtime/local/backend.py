@@ -31,7 +31,7 @@ from mxc.runtime.local.launcher import LocalLauncher
 from mxc.runtime.local.progress import ProgressBar
 from mxc.runtime.local.supervisor import Supervisor, SupervisorConfig
 from mxc.runtime.procfs import ProcessId
-from mxc.runtime.provenance import codepin, hostfacts
+from mxc.runtime.provenance import codepin, hostfacts, training
 from mxc.runtime.record import RunRecord, now_iso
 
 # A local run is one process on this machine, even inside a Slurm allocation: the
@@ -135,6 +135,9 @@ class LocalBackend:
             if rec.final:
                 start_gathering()
                 gather.join(timeout=60)
+            started = training.rank0(run.path, request.spec)
+            if started is not None:
+                rec.training = started
             if facts and not rec.host:
                 rec.host = dict(facts)
                 rec.image = hostfacts.image_facts(contract, facts, rec.image.get("lockfile"))

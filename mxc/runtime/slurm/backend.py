@@ -47,7 +47,7 @@ from mxc.runtime.backends import (
     seed_checkpoint,
 )
 from mxc.runtime.metrics_merge import write_merged
-from mxc.runtime.provenance import hostfacts
+from mxc.runtime.provenance import hostfacts, training
 from mxc.runtime.provenance.environment import scrubbed
 from mxc.runtime.record import FINISHED, RunRecord, iso_time, now_iso
 from mxc.runtime.rundir import RunDir
@@ -256,6 +256,14 @@ def _store(run: RunDir) -> Store:
     return Store(run.path.parent.parent)
 
 
+def _spec_of(run: RunDir, record: RunRecord) -> dict[str, Any]:
+    """The run's spec (which names its record may keep), or none when its bundle is gone from the store."""
+    try:
+        return dict(_store(run).get(record.bundle).spec())
+    except (OSError, ValueError, KeyError, UserError):
+        return {}
+
+
 def _update(run: RunDir, record: RunRecord) -> dict[str, Any] | None:
     """Fold Slurm's state and the job's files into ``record`` (in memory). Returns the job's
     resubmission request when the job ended asking for one, else None."""
@@ -286,6 +294,9 @@ def _update(run: RunDir, record: RunRecord) -> dict[str, Any] | None:
             slurm["time_left"] = state.time_left
     record.slurm = slurm
     record.detected = detections.collect(run.path) or record.detected
+    started = training.rank0(run.path, _spec_of(run, record))
+    if started is not None:
+        record.training = started
     merged = write_merged(run.metrics_parts, run.metrics)  # derived from the job's files alone
     if merged.steps:
         record.steps, record.last_loss = merged.steps, merged.last_loss

@@ -19,6 +19,7 @@ from mxc.compiler.diff import Change, diff_specs
 from mxc.node import integrity
 from mxc.runtime import detections
 from mxc.runtime.metrics_merge import LOSS_KEY, read_lines
+from mxc.runtime.provenance import training
 from mxc.runtime.provenance.hostfacts import Drift
 from mxc.runtime.provenance.hostfacts import compare as compare_facts
 from mxc.runtime.record import RunRecord
@@ -161,7 +162,8 @@ def compare_runs(bundles: Path, a: tuple[RunDir, RunRecord], b: tuple[RunDir, Ru
     notes: list[str] = []
     spec_a, spec_b = _spec(bundles, rec_a, notes), _spec(bundles, rec_b, notes)
     changes = diff_specs(spec_a, spec_b) if spec_a and spec_b else []
-    drift = detections.drift(rec_a.detected, rec_b.detected) + compare_facts(facts(rec_a), facts(rec_b))
+    drift = (detections.drift(rec_a.detected, rec_b.detected) + compare_facts(facts(rec_a), facts(rec_b))
+             + training.drift(rec_a, rec_b))
     for rec in (rec_a, rec_b):
         if not rec.host:
             notes.append(f"run {rec.run_id} recorded no host facts; environment drift is incomplete")
