@@ -287,11 +287,9 @@ def _runs(args: argparse.Namespace) -> int:
         return 0
     now = datetime.now(UTC)
     rows: list[dict[str, Any]] = []
-    for run in selected:
-        try:
-            record = runs.current(run)
-        except UserError as exc:
-            rows.append({"run_id": run.run_id, "status": "unreadable", "error": str(exc)})
+    for run, record in zip(selected, runs.current_all(selected), strict=True):  # one Slurm poll for all
+        if isinstance(record, UserError):
+            rows.append({"run_id": run.run_id, "status": "unreadable", "error": str(record)})
             continue
         steps, loss = runs.live_progress(run, record)
         rows.append({

@@ -40,8 +40,9 @@ def _watch(args: argparse.Namespace) -> int:
         if not selected:
             print("mxc: no live Slurm run to watch", file=sys.stderr)
         records = []
+        snapshot = _poll(selected)
         for run in selected:
-            record, ok = _look(run)
+            record, ok = _look(run, snapshot)
             problems += 0 if ok else 1
             if record is not None:
                 records.append(record)
@@ -64,7 +65,31 @@ def _live_slurm(run: Any) -> bool:
     return record.backend == "slurm" and not record.final
 
 
-def _look(run: Any) -> tuple[Any, bool]:
+def _poll(selected: list[Any]) -> Any:
+    """Slurm's state of every live Slurm run of this look, from one squeue and at most one sacct
+    call (None when Slurm cannot be asked just now: each run is then asked on its own)."""
+    from mxc.runtime.record import RunRecord
+    from mxc.runtime.slurm.backend import poll
+
+    live = []
+    for run in selected:
+        try:
+            record = RunRecord.load(run.record)
+        except (OSError, ValueError):
+            continue
+        if record.backend == "slurm" and not record.final:
+            live.append((run, record, None))
+    if not live:
+        return None
+    try:
+        return poll(live)
+    except Exception as exc:  # Slurm unreachable just now: the next look tries again
+        print(f"mxc: warning: could not ask slurm about {len(live)} run(s): {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return None
+
+
+def _look(run: Any, snapshot: Any = None) -> tuple[Any, bool]:
     """Refresh one run and say what changed; (record or None, whether it went well)."""
     from mxc.errors import UserError
     from mxc.runtime import runs
@@ -85,7 +110,7 @@ def _look(run: Any) -> tuple[Any, bool]:
     from mxc.runtime.slurm.backend import refresh
 
     try:
-        after = refresh(run)
+        after = refresh(run, snapshot)
     except UserError as exc:
         print(f"mxc: error: {exc}", file=sys.stderr)
         return None, False

@@ -76,26 +76,53 @@ def current(run: RunDir) -> RunRecord:
     """The record as its backend sees the run now, for a live run whose backend keeps no process
     of its own watching it (Slurm: ``mxc.runtime.slurm.backend.view``). A read: it never writes
     the record, submits, cancels or alerts (``mxc watch`` and ``mxc cancel`` do)."""
-    try:
-        record = RunRecord.load(run.record)
-    except (OSError, ValueError):
-        return load(run)  # the same one-line errors
-    if record.final or record.backend == "local":
-        return record
+    seen = current_all([run])[0]
+    if isinstance(seen, UserError):
+        raise seen
+    return seen
+
+
+def current_all(selected: list[RunDir]) -> list[RunRecord | UserError]:
+    """``current`` for many runs, each backend asked once for all its live runs (Slurm: one
+    ``squeue`` and at most one ``sacct`` call, whatever their number; ``view_all``). A run whose
+    record cannot be read gives its one-line error in its place."""
+    out: list[RunRecord | UserError] = []
+    live: dict[str, list[int]] = {}
+    for i, run in enumerate(selected):
+        try:
+            record = RunRecord.load(run.record)
+        except (OSError, ValueError):
+            try:
+                record = load(run)  # the same one-line errors
+            except UserError as exc:
+                out.append(exc)
+                continue
+        out.append(record)
+        if not record.final and record.backend != "local":
+            live.setdefault(record.backend, []).append(i)
+    for backend, indices in live.items():
+        view_all = _backend_view(backend)
+        if view_all is None:
+            continue
+        items = [(selected[i], out[i]) for i in indices]
+        try:
+            seen = view_all(items)
+        except Exception as exc:  # a listing must not fail because a scheduler is unreachable
+            print(f"mxc: warning: could not ask {backend} about {len(items)} run(s): {exc}", file=sys.stderr)
+            continue
+        for i, record in zip(indices, seen, strict=True):
+            out[i] = record
+    return out
+
+
+def _backend_view(backend: str) -> Any:
+    """The backend module's ``view_all`` (many runs, one poll), or None when it has none."""
     from mxc.runtime.backends import BACKENDS
 
-    module_name = BACKENDS.get(record.backend, "").partition(":")[0]
+    module_name = BACKENDS.get(backend, "").partition(":")[0]
     if not module_name or importlib.util.find_spec(module_name) is None:
-        return record
-    view = getattr(importlib.import_module(module_name), "view", None)
-    if view is None:
-        return record
-    try:
-        seen: RunRecord = view(run, record)
-    except Exception as exc:  # a listing must not fail because a scheduler is unreachable
-        print(f"mxc: warning: run {run.run_id}: could not ask {record.backend} about it: {exc}", file=sys.stderr)
-        return record
-    return seen
+        return None
+    return getattr(importlib.import_module(module_name), "view_all", None)
 
 
 def labels_of(run: RunDir) -> list[str]:

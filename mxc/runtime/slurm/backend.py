@@ -5,8 +5,9 @@ bundle's and run's paths passed with ``--export``) and shows the script it submi
 ``run`` submits it and returns at once with the job queued. No mxc process stays with the
 job, so two functions bring Slurm's view of it in:
 
-* ``view`` (every read: ``mxc runs``, ``logs -f``, ``triage``, ``metrics``, ``report``) asks Slurm
-  for the job's state (squeue, then sacct / sacct -c), reads what the job wrote into the run
+* ``view`` / ``view_all`` (every read: ``mxc runs``, ``logs -f``, ``triage``, ``metrics``, ``report``)
+  asks Slurm for the jobs' state (one squeue, then at most one sacct or sacct -c for all runs of
+  the command together: ``slurm_query.poll``), reads what each job wrote into the run
   directory and folds both into a copy of the record. It writes no record, submits, cancels
   and sends nothing.
 * ``refresh`` (``mxc watch``, ``mxc cancel``) does the same, saves ``record.json`` (the final record
@@ -26,7 +27,7 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -55,6 +56,8 @@ from mxc.runtime.slurm import events as slurm_events
 from mxc.runtime.slurm import query as slurm_query
 from mxc.runtime.slurm.query import JobState
 from mxc.store import Store, StoredBundle
+
+SACCT_MEMO = ".slurm-sacct"  # in the runs root: which sacct source answers on this cluster (slurm_query.sacct_states)
 
 
 @dataclass
@@ -209,29 +212,59 @@ def _locked(run: RunDir) -> Iterator[None]:
 
 
 def view(run: RunDir, record: RunRecord | None = None) -> RunRecord:
-    """The run as Slurm and the job's files say it is now: what ``mxc runs``, ``logs``, ``triage``,
+    """The run as Slurm and the job's files say it is now: what ``mxc show``, ``logs``, ``triage``,
     ``metrics`` and ``report`` show. A read: record.json is not written, nothing is submitted,
     cancelled or sent (a requested resubmission is shown as pending; ``mxc watch`` acts)."""
     record = record or RunRecord.load(run.record)
-    if record.final or record.backend != "slurm":
-        return record
-    seen = record.model_copy(deep=True)
-    if _update(run, seen) is not None:
-        seen.message = (f"job {(seen.slurm or {}).get('job_id')} asked to be resubmitted; "
-                        f"`mxc watch {run.run_id}` resubmits it")
-    return seen
+    return view_all([(run, record)])[0]
 
 
-def refresh(run: RunDir) -> RunRecord:
+def view_all(items: Sequence[tuple[RunDir, RunRecord]]) -> list[RunRecord]:
+    """``view`` of many runs with one Slurm poll for all of them (``mxc runs``): one ``squeue`` and
+    at most one ``sacct`` call, whatever their number. Records of ended or non-Slurm runs pass as they are."""
+    live = [(run, record) for run, record in items if record.backend == "slurm" and not record.final]
+    files = {run.path: slurm_events.JobFiles.read(run) for run, _ in live}
+    snapshot = poll([(run, record, files[run.path]) for run, record in live])
+    out = []
+    for run, record in items:
+        if record.backend != "slurm" or record.final:
+            out.append(record)
+            continue
+        seen = record.model_copy(deep=True)
+        if _update(run, seen, snapshot, files[run.path]) is not None:
+            seen.message = (f"job {(seen.slurm or {}).get('job_id')} asked to be resubmitted; "
+                            f"`mxc watch {run.run_id}` resubmits it")
+        out.append(seen)
+    return out
+
+
+def poll(live: Sequence[tuple[RunDir, RunRecord, slurm_events.JobFiles | None]]) -> slurm_query.Snapshot:
+    """One Slurm snapshot for these live runs (``slurm_query.poll``); which sacct answers on this
+    cluster is remembered next to the run directories (``.slurm-sacct``), so it is asked once."""
+    asks = []
+    for run, record, files in live:
+        slurm = record.slurm or {}
+        jobs = [str(j.get("job_id")) for j in slurm.get("jobs", []) if isinstance(j, dict)]
+        files = files or slurm_events.JobFiles.read(run)
+        asks.append((str(slurm.get("job_id", "")), jobs, any(e.attempt > 0 for e in files.starts())))
+    memo = live[0][0].path.parent / SACCT_MEMO if live else None
+    return slurm_query.poll(asks, memo)
+
+
+def refresh(run: RunDir, snapshot: slurm_query.Snapshot | None = None) -> RunRecord:
     """Bring record.json up to date from Slurm and the run directory, and act on it: resubmit a
     job that asked for it (the stored bundle, verified), send the alerts the change calls for.
-    Only for commands whose job is to act (``mxc watch``, ``mxc cancel``)."""
+    Only for commands whose job is to act (``mxc watch``, ``mxc cancel``). ``snapshot``: Slurm's
+    state from one poll of many runs (``mxc watch``); without it, this run's own."""
     with _locked(run):
         record = RunRecord.load(run.record)
         if record.final or record.backend != "slurm":
             return record
         before = record.model_copy(deep=True)
-        request = _update(run, record)
+        files = slurm_events.JobFiles.read(run)
+        if snapshot is None:
+            snapshot = poll([(run, record, files)])
+        request = _update(run, record, snapshot, files)
         if request is not None:
             _resubmit(run, record, request)
         if record.model_dump_json() != before.model_dump_json():
@@ -264,20 +297,20 @@ def _spec_of(run: RunDir, record: RunRecord) -> dict[str, Any]:
         return {}
 
 
-def _update(run: RunDir, record: RunRecord) -> dict[str, Any] | None:
-    """Fold Slurm's state and the job's files into ``record`` (in memory). Returns the job's
-    resubmission request when the job ended asking for one, else None."""
+def _update(run: RunDir, record: RunRecord, snapshot: slurm_query.Snapshot,
+            files: slurm_events.JobFiles) -> dict[str, Any] | None:
+    """Fold Slurm's state (from ``snapshot``) and the job's files into ``record`` (in memory).
+    Returns the job's resubmission request when the job ended asking for one, else None."""
     slurm = dict(record.slurm or {})
     job_id = str(slurm.get("job_id", ""))
-    state = slurm_query.query(job_id) if job_id else JobState(job_id="", state="UNKNOWN")
-    files = slurm_events.JobFiles.read(run)
+    state = snapshot.state(job_id) if job_id else JobState(job_id="", state="UNKNOWN")
     log = slurm_events.LogFacts.from_record(slurm.get("log"))
     log.update(run.log)
     slurm["log"] = log.as_dict()
     record.slurm = slurm
     history: dict[str, list[str]] = {}
     if any(e.attempt > 0 for e in files.starts()) or state.ended:
-        history = {str(j["job_id"]): slurm_query.history(str(j["job_id"])) for j in slurm.get("jobs", [])}
+        history = {str(j["job_id"]): snapshot.history(str(j["job_id"])) for j in slurm.get("jobs", [])}
     slurm_events.apply(record, files, log, history)
     if observed := slurm_events.observability(run):
         record.observability = observed
