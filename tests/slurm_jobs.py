@@ -55,6 +55,11 @@ def record(home: Path, run_id: str) -> RunRecord:
     return runs.load(run_dir(home, run_id))
 
 
+def slurm_of(rec: RunRecord) -> dict[str, Any]:
+    """The record's typed Slurm state as plain JSON data (what record.json holds), for assertions."""
+    return rec.slurm.model_dump(mode="json") if rec.slurm is not None else {}
+
+
 def wait_for[T](check: Callable[[], T | None], timeout: float, what: str, poll: float = 0.2) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

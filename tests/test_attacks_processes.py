@@ -25,7 +25,7 @@ import pytest
 
 from mxc.runtime import scratch
 from mxc.runtime.procfs import ProcessId
-from mxc.runtime.record import RunRecord
+from mxc.runtime.record import RunRecord, SlurmJob, SlurmState
 from tests.conftest import REPO, Mxc
 from tests.processes import dead_identity, run_processes, stand_ins, trainer_pids
 
@@ -363,7 +363,8 @@ def doctored_slurm_run(mxc: Mxc, home: Path, tmp_path: Path) -> tuple[Path, str]
                "MXC_JAX_CACHE": str(home / "cache" / "jax"), "LD_PRELOAD": str(evil / "x.so")}
     record = RunRecord(run_id=run_id, bundle=digest, spec_name="tiny", backend="slurm", status="running",
                        started="2099-01-01T00:00:00.000Z",
-                       slurm={"job_id": "101", "jobs": [{"job_id": "101", "resubmits": 0}], "exports": exports})
+                       slurm=SlurmState(job_id="101", exports=exports,
+                                        jobs=[SlurmJob(job_id="101", submitted="2099-01-01T00:00:00.000Z")]))
     record.save(run / "record.json")
     (run / "train.log").write_text("[mxc batch 101] USR2: asking training to checkpoint and stop\n")
     (run / "resubmit.request").write_text(json.dumps({"job_id": "101", "why": "no scontrol", "cause": "preemption"}))
@@ -403,8 +404,8 @@ def test_watch_resubmits_the_verified_bundle_with_recomputed_exports(mxc: Mxc, m
     assert "LD_PRELOAD" not in export and str(tmp_path / "evil") not in export
     assert f"MXC_BUNDLE_DIR={bundle_dir}" in export and "MXC_RESUBMITS=1" in export
     record = RunRecord.load(run / "record.json")
-    assert record.slurm and record.slurm["job_id"] == "202" and record.status == "queued"
-    assert "LD_PRELOAD" not in record.slurm["exports"]
+    assert record.slurm and record.slurm.job_id == "202" and record.status == "queued"
+    assert "LD_PRELOAD" not in record.slurm.exports
     assert (run / "resubmit.request.101").exists() and not (run / "resubmit.request").exists()
 
 

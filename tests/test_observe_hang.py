@@ -73,7 +73,7 @@ def test_hang_is_detected_stacks_dumped_training_killed_and_restarted(tmp_path: 
     assert record.status == "hung" and record.final
     assert record.restarts == 1 and len(record.attempts) == 2  # the policy restarted after the first hang
     for attempt in record.attempts:
-        extra = attempt.model_extra or {}
+        extra = attempt.model_dump(mode="json", exclude_none=True)
         assert extra.get("hung") is True and extra.get("cause") == "hang"
         assert attempt.signal == "SIGKILL" and attempt.last_step == 2
         assert attempt.reason and attempt.reason.startswith("hung: no training step for")
@@ -100,7 +100,7 @@ def test_without_py_spy_faulthandler_writes_the_stacks(tmp_path: Path) -> None:
     _, record = supervise(tmp_path, restarts=0, py_spy=False)
     assert record.status == "hung"
     [attempt] = record.attempts
-    [dump] = (attempt.model_extra or {})["stacks"]
+    [dump] = attempt.model_dump(mode="json", exclude_none=True)["stacks"]
     text = Path(dump).read_text()
     assert text.startswith("# faulthandler") and "Fatal Python error: Aborted" in text and "stuck_in_collective" in text
 

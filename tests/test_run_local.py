@@ -123,7 +123,7 @@ def test_run_trains_and_records_everything(home: Home, bundle: str, base_run: Pa
     from importlib.metadata import version
 
     record = record_of(base_run)
-    assert record["format"] == "mxc-run/v1"
+    assert record["format"] == "mxc-run/v2"
     assert record["run_id"] == base_run.name and record["bundle"] == bundle and record["spec_name"] == "tiny"
     assert record["status"] == "succeeded" and record["final"] is True and record["exit_code"] == 0
     assert record["restarts"] == 0 and len(record["attempts"]) == 1

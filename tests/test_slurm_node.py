@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import REPO, Mxc
 from tests.slurm_cluster import SlurmCluster
-from tests.slurm_jobs import batch_events, build, rank_events, run_dir, slurm_sets, submit, wait_final
+from tests.slurm_jobs import batch_events, build, rank_events, run_dir, slurm_of, slurm_sets, submit, wait_final
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_env")]
 STANDIN = REPO / "tests" / "standins" / "trainer.py"
@@ -132,10 +132,10 @@ def test_collective_termination_is_requeued_and_an_application_error_is_not(
     assert infra["detail"].startswith("nccl_error: ") and "Termination timeout for `acquire clique" in infra["detail"]
     assert (app["rank"], app["node"]) == (1, "node2") and "fails the same way again" in app["reason"]
     first = final.attempts[0]
-    assert (first.model_extra or {})["requeue"]["action"] == "requeued"
+    assert first.model_dump(mode="json", exclude_none=True)["requeue"]["action"] == "requeued"
     assert final.exit_code == 1 and final.message is not None
     assert final.message.startswith("rank 1 (node2) failed first: stage train failed with exit 1; not requeued: ")
-    assert [r["cause"] for r in (final.slurm or {})["requeues"]] == ["infrastructure"]
+    assert [r["cause"] for r in slurm_of(final)["requeues"]] == ["infrastructure"]
 
 
 def test_a_slow_image_stage_holds_the_other_rank_at_the_barrier(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,

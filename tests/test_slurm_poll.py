@@ -86,3 +86,27 @@ def test_a_read_writes_no_record(tmp_path: Path, slurm_cluster: SlurmCluster, he
     rows = _mxc_runs(home, slurm_cluster, counting_path(tmp_path / "bin", tmp_path / "calls.log"))
     assert rows[0]["status"] == "succeeded"
     assert record.read_bytes() == before
+
+
+def test_the_log_cursor_lives_beside_the_record(tmp_path: Path, slurm_cluster: SlurmCluster, held: list[str]) -> None:
+    """train.log's read cursor is the run directory's private state (.log-cursor.json), never a field
+    of record.json: a read keeps it, and `mxc watch --once` saves a v2 record without it."""
+    home = tmp_path / "home"
+    held.append(submit(slurm_cluster))
+    run = make_run(home, 0, held[0])
+    log = b"[mxc batch 1] nodes node1 restart 0 of at most 1\ncompleted step: 3, seconds: 0.1\n"
+    (run / "train.log").write_bytes(log)
+    env = slurm_cluster.environ({"MXC_HOME": str(home)})
+    before = (run / "record.json").read_bytes()
+    rows = _mxc_runs(home, slurm_cluster, env["PATH"])
+    assert rows[0]["status"] == "queued"
+    assert (run / "record.json").read_bytes() == before
+    cursor = json.loads((run / ".log-cursor.json").read_text())
+    assert cursor["offset"] == len(log)
+    assert (run / ".log-cursor.json").stat().st_mode & 0o077 == 0  # private
+    out = subprocess.run([sys.executable, "-m", "mxc", "watch", "--once"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    saved = json.loads((run / "record.json").read_text())
+    assert saved["format"] == "mxc-run/v2"
+    assert saved["slurm"]["state"] == "PENDING" and "log" not in saved["slurm"]

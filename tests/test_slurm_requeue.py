@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mxc.runtime.record import Attempt
 from mxc.runtime.rundir import RunDir
 from tests.conftest import Mxc
 from tests.processes import trainer_pids
@@ -28,6 +29,7 @@ from tests.slurm_jobs import (
     processes_of,
     record,
     run_dir,
+    slurm_of,
     slurm_sets,
     stage_started,
     submit,
@@ -44,7 +46,8 @@ def trainer_of(run: RunDir, rank: int) -> int | None:
 
 
 def requeue_of(attempt: object) -> dict[str, str]:
-    return dict(attempt.model_extra.get("requeue") or {})  # type: ignore[attr-defined]
+    requeue = attempt.requeue if isinstance(attempt, Attempt) else None
+    return requeue.model_dump(mode="json", exclude_none=True) if requeue is not None else {}
 
 
 def training_started(home: Path, run_id: str, ranks: range = range(1)) -> None:
@@ -62,14 +65,14 @@ def test_dead_rank_ends_the_job_and_the_record_names_it(mxc: Mxc, mxc_home: Path
     final = wait_final(mxc_home, run_id, timeout=120)
     assert final.status == "failed" and final.exit_code == 137
     assert final.restarts == 0 and len(final.attempts) == 1
-    first = final.slurm["first_failure"]  # type: ignore[index]
+    first = slurm_of(final)["first_failure"]
     assert (first["rank"], first["node"], first["stage"], first["rc"], first["cause"]) == (1, "node2", "train", 137, "killed")
     assert final.message == ("rank 1 (node2) failed first: stage train failed with exit 137 (SIGKILL); "
                              "not requeued: restart.max (0) reached")
     requeue = requeue_of(final.attempts[0])
     requeue.pop("checkpoint", None)  # whether MaxText had written step 0's checkpoint yet does not matter here
     assert requeue == {"cause": "killed", "action": "refused", "why": "restart.max (0) reached"}
-    assert slurm_cluster.job(final.slurm["job_id"])["JobState"] == "FAILED"  # type: ignore[index]
+    assert slurm_cluster.job(slurm_of(final)["job_id"])["JobState"] == "FAILED"
     wait_for(lambda: not processes_of(run), 30, "rank 0 to be brought down too")
 
 
@@ -77,12 +80,12 @@ def test_preemption_past_restart_max_is_not_requeued(mxc: Mxc, mxc_home: Path, s
     bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=1, **{"restart.max": 0}))
     run_id = submit(mxc, bundle)
     training_started(mxc_home, run_id)
-    job_id = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+    job_id = str(slurm_of(record(mxc_home, run_id))["job_id"])
     slurm_cluster.run("scancel", "--signal=USR2", "--batch", job_id)  # what --signal=B:USR2@N sends
     final = wait_final(mxc_home, run_id, timeout=120)
     assert final.status == "failed" and final.restarts == 0
     (attempt,) = final.attempts
-    assert attempt.signal == "USR2" and attempt.model_extra["cause"] == "preemption"  # type: ignore[index]
+    assert attempt.signal == "USR2" and attempt.cause == "preemption"
     assert requeue_of(attempt) == {"cause": "preemption", "action": "refused", "why": "restart.max (0) reached"}
     assert final.message == "preemption: not requeued (restart.max (0) reached)"
     assert slurm_cluster.job(job_id)["Restarts"] == "0"
@@ -92,13 +95,13 @@ def test_time_limit_without_a_checkpoint_is_not_requeued(mxc: Mxc, mxc_home: Pat
     bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=1, **{"checkpoint.period": 0, "runtime.signal_seconds": 10}))
     run_id = submit(mxc, bundle)
     training_started(mxc_home, run_id)
-    job_id = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+    job_id = str(slurm_of(record(mxc_home, run_id))["job_id"])
     leave_little_time(slurm_cluster, job_id)
     slurm_cluster.run("scancel", "--signal=USR2", "--batch", job_id)
     final = wait_final(mxc_home, run_id, timeout=120)
     assert final.status == "failed" and final.restarts == 0
     (attempt,) = final.attempts
-    assert attempt.model_extra["cause"] == "time_limit"  # type: ignore[index]
+    assert attempt.cause == "time_limit"
     requeue = requeue_of(attempt)
     assert requeue["action"] == "refused" and "time limit reached without a checkpoint" in requeue["why"]
     assert "not requeued (time limit reached without a checkpoint (checkpointing: off)" in (final.message or "")
@@ -109,7 +112,7 @@ def test_node_failure_requeues_until_restart_max(mxc: Mxc, mxc_home: Path, slurm
     and ends at once instead of training again."""
     run_id = submit(mxc, build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{"restart.max": 0})))
     training_started(mxc_home, run_id, range(2))
-    job_id = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+    job_id = str(slurm_of(record(mxc_home, run_id))["job_id"])
     slurm_cluster.run("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=mxc-test")
     try:
         wait_for(lambda: slurm_cluster.job(job_id)["Restarts"] == "1", 60, "Slurm to requeue the job")
@@ -117,10 +120,10 @@ def test_node_failure_requeues_until_restart_max(mxc: Mxc, mxc_home: Path, slurm
         slurm_cluster.run("scontrol", "update", "NodeName=node2", "State=RESUME", check=False)
     final = wait_final(mxc_home, run_id, timeout=120)
     assert final.status == "failed" and final.restarts == 1
-    assert final.slurm["restart_count"] == 1  # type: ignore[index]
+    assert slurm_of(final)["restart_count"] == 1
     first, second = final.attempts
     assert first.reason == "Slurm requeued the job: node failure"
-    assert (first.model_extra or {})["slurm_state"] == "NODE_FAIL"
+    assert first.slurm_state == "NODE_FAIL"
     assert second.number == 1 and second.reason == "restart 1 is past restart.max (0)"
     assert final.message == "restart 1 is past restart.max (0)"
     assert [e["event"] for e in batch_events(mxc_home, run_id)][-1] == "refused"
@@ -143,14 +146,14 @@ def test_without_scontrol_on_the_nodes_mxc_resubmits(mxc: Mxc, mxc_home: Path, s
     run_id = submit(mxc, build(mxc, *slurm_sets(slurm_cluster, nodes=1, **{"restart.max": 1})), env={"PATH": path})
     run = run_dir(mxc_home, run_id)
     training_started(mxc_home, run_id)
-    first_job = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+    first_job = str(slurm_of(record(mxc_home, run_id))["job_id"])
     slurm_cluster.run("scancel", "--signal=USR2", "--batch", first_job)
     pending = wait_for(lambda: "asked to be resubmitted" in (record(mxc_home, run_id).message or ""), 120,
                        "the job to end asking for a resubmission")
     assert pending and len(json.loads(run.record.read_text())["slurm"]["jobs"]) == 1  # a read submitted nothing
     watched = mxc("watch", "--once", run_id, env={"PATH": path})
     assert watched.returncode == 0, watched.stderr
-    jobs = record(mxc_home, run_id).slurm["jobs"]  # type: ignore[index]
+    jobs = slurm_of(record(mxc_home, run_id))["jobs"]
     assert len(jobs) == 2, watched.stderr
     second_job = str(jobs[-1]["job_id"])
     assert f"resubmitted as Slurm job {second_job}" in watched.stderr
@@ -159,8 +162,8 @@ def test_without_scontrol_on_the_nodes_mxc_resubmits(mxc: Mxc, mxc_home: Path, s
     wait_for(lambda: any(e["event"] == "start" and e["job_id"] == second_job for e in batch_events(mxc_home, run_id)),
              60, "the resubmitted job to start")
     rec = record(mxc_home, run_id)
-    assert rec.restarts == 1 and rec.slurm["resubmits"] == 1  # type: ignore[index]
-    jobs = rec.slurm["jobs"]  # type: ignore[index]
+    assert rec.restarts == 1 and slurm_of(rec)["resubmits"] == 1
+    jobs = slurm_of(rec)["jobs"]
     assert jobs[1]["resubmit_of"] == first_job and jobs[1]["cause"] == "preemption"
     assert jobs[1]["why"].startswith("scontrol is not available on ")
     assert requeue_of(rec.attempts[0])["action"] == "resubmit_requested"
@@ -169,5 +172,5 @@ def test_without_scontrol_on_the_nodes_mxc_resubmits(mxc: Mxc, mxc_home: Path, s
     cancelled = mxc("cancel", run_id, "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     final = wait_final(mxc_home, run_id, timeout=60)
-    assert final.status == "cancelled" and final.slurm["job_id"] == second_job  # type: ignore[index]
+    assert final.status == "cancelled" and slurm_of(final)["job_id"] == second_job
     assert slurm_cluster.job(second_job)["JobState"] == "CANCELLED"

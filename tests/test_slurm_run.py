@@ -21,6 +21,7 @@ from tests.slurm_jobs import (
     processes_of,
     rank_events,
     run_dir,
+    slurm_of,
     slurm_sets,
     stage_started,
     submit,
@@ -64,17 +65,17 @@ def test_preflight_failure_stops_the_job_with_reasons_per_rank(mxc: Mxc, mxc_hom
     assert final.status == "failed" and final.exit_code == 3
     # The rank that failed first recorded its checks; the other may have been stopped mid-check
     # (srun --kill-on-bad-exit): whatever it recorded says the same.
-    preflight = final.model_extra["preflight"]  # type: ignore[index]
-    first = final.slurm["first_failure"]  # type: ignore[index]
+    preflight = final.preflight
+    first = slurm_of(final)["first_failure"]
     assert str(first["rank"]) in preflight and set(preflight) <= {"0", "1"}
-    for rank, result in preflight.items():
-        node = {"0": "node1", "1": "node2"}[rank]
+    for rank_key, result in preflight.items():
+        node = {"0": "node1", "1": "node2"}[rank_key]
         assert result["node"] == node and result["passed"] is False
         checks = {c["check"]: c for c in result["checks"]}
         assert checks["disk"]["status"] == "fail" and "need 1000000" in checks["disk"]["detail"]
         assert checks["stale_processes"]["status"] == "fail" and str(stale.pid) in checks["stale_processes"]["detail"]
         assert checks["network"]["status"] == "pass"
-        assert json.loads((run_dir(mxc_home, run_id).path / "ranks" / rank / "preflight.json").read_text()) == \
+        assert json.loads((run_dir(mxc_home, run_id).path / "ranks" / rank_key / "preflight.json").read_text()) == \
             {k: v for k, v in result.items() if k != "failed"}
     assert first["stage"] == "preflight" and first["rc"] == 3 and first["rank"] in (0, 1)
     assert final.message is not None
@@ -90,7 +91,7 @@ def test_preflight_failure_stops_the_job_with_reasons_per_rank(mxc: Mxc, mxc_hom
     for rank in (0, 1):
         ends = [e for e in rank_events(mxc_home, run_id, rank) if e["event"] in ("stage_end", "barrier")]
         assert all(e["event"] == "stage_end" and not e["timed_out"] for e in ends), ends
-    assert final.restarts == 0 and not final.slurm.get("requeues")  # type: ignore[union-attr]
+    assert final.restarts == 0 and not slurm_of(final).get("requeues")
     decision = [e for e in batch_events(mxc_home, run_id) if e["event"] == "decision"][-1]
     # Both ranks fail the same checks within milliseconds: the batch side decides on the rank whose
     # exit it saw first, the record names the rank whose event is earliest; either is a rank that
@@ -107,7 +108,7 @@ def test_stage_timeout_fails_the_job_naming_the_stage(mxc: Mxc, mxc_home: Path, 
     assert final.status == "failed" and final.exit_code == 124
     assert final.message == ("rank 0 (node1) failed first: stage train timed out (runtime.timeouts.train); not requeued: "
                              "the train stage ran past runtime.timeouts.train; a restart would meet the same limit")
-    assert final.slurm["first_failure"]["timed_out"] is True  # type: ignore[index]
+    assert slurm_of(final)["first_failure"]["timed_out"] is True
     assert "stage train timed out after 3s (runtime.timeouts.train)" in run_dir(mxc_home, run_id).log.read_text()
     exit_event = [e for e in rank_events(mxc_home, run_id, 0) if e["event"] == "exit"][-1]
     assert exit_event["stage"] == "train" and exit_event["timed_out"] is True and exit_event["rc"] == 124
@@ -158,6 +159,6 @@ def test_container_sees_only_the_allocated_gpus(vendor: str, devices: list[str],
         assert gpu_args == devices, argv
         assert "CUDA_VISIBLE_DEVICES" not in argv and "ROCR_VISIBLE_DEVICES" not in argv
         assert f"registry.example/maxtext:test@sha256:{'ab' * 32}" in argv
-        checks = {c["check"]: c for c in final.model_extra["preflight"][str(rank)]["checks"]}  # type: ignore[index]
+        checks = {c["check"]: c for c in final.preflight[str(rank)]["checks"]}
         assert checks["gpus"]["status"] == "pass" and "visible 2 (2,3)" in checks["gpus"]["detail"]
     assert (run / "podman.0.image").read_text().splitlines()[:2] == ["image", "exists"]

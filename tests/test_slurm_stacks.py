@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import Mxc
 from tests.gates import PauseGate
 from tests.slurm_cluster import SlurmCluster
-from tests.slurm_jobs import build, record, run_dir, slurm_sets, submit, wait_final, wait_for
+from tests.slurm_jobs import build, record, run_dir, slurm_of, slurm_sets, submit, wait_final, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.usefixtures("slurm_env")]
 
@@ -31,7 +31,7 @@ def test_stacks_of_a_held_two_node_run(mxc: Mxc, mxc_home: Path, slurm_cluster: 
         assert out.returncode == 0, out.stderr
         [dump] = [p for p in run.stacks.iterdir() if p.is_dir()]
         index = json.loads((dump / "index.json").read_text())
-        assert index["backend"] == "slurm" and index["job_id"] == str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+        assert index["backend"] == "slurm" and index["job_id"] == str(slurm_of(record(mxc_home, run_id))["job_id"])
         trainers = {e["rank"]: e for e in index["dumps"] if e["pid"] == paused.get(e["rank"])}
         assert sorted(trainers) == [0, 1]  # each rank's own trainer, once
         assert sorted(e["node"] for e in trainers.values()) == ["node1", "node2"]  # each read on its node

@@ -30,6 +30,7 @@ from tests.slurm_jobs import (
     rank_events,
     record,
     run_dir,
+    slurm_of,
     slurm_sets,
     submit,
     wait_final,
@@ -50,7 +51,7 @@ def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path,
     }))
     run_id = submit(mxc, bundle, env=gate.env())
     run = run_dir(mxc_home, run_id)
-    job_id = str(record(mxc_home, run_id).slurm["job_id"])  # type: ignore[index]
+    job_id = str(slurm_of(record(mxc_home, run_id))["job_id"])
 
     # 1. A forced requeue while both ranks wait after step 7, the first periodic checkpoint done.
     gate.wait_paused(0, ranks=2)
@@ -87,14 +88,14 @@ def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path,
     # SIGTERM: it stops before writing such a step's metrics (its state is in the checkpoint, and
     # the next attempt starts after it). The record agrees.
     on_signal = {int(s) for s in re.findall(r"^0: .*Saving checkpoint at step (\d+) due to preemption", log, re.M)}
-    saved = int((final.attempts[1].model_extra or {})["requeue"]["checkpoint"])
+    saved = int(final.attempts[1].model_dump(mode="json", exclude_none=True)["requeue"]["checkpoint"])
     assert saved in on_signal, "MaxText did not checkpoint on SIGTERM before the time limit"
     steps = [step for step, _, _ in read_lines(run.metrics)]
     assert steps == [s for s in range(30) if s not in on_signal]
     assert final.steps == 30 - len(on_signal) and final.last_loss is not None
 
     # Slurm facts in the record.
-    slurm = final.slurm or {}
+    slurm = slurm_of(final)
     assert slurm["job_id"] == job_id and slurm["partition"] == slurm_cluster.partition
     assert slurm["node_list"] == "node[1-2]" and slurm["num_nodes"] == 2
     assert final.restarts == 2 and slurm["restart_count"] == 2  # SLURM_RESTART_COUNT of the last start
@@ -104,8 +105,8 @@ def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path,
     assert [a.number for a in final.attempts] == [0, 1, 2]
     assert "Slurm requeued the job" in (a0.reason or ""), a0
     assert a1.resumed_from_step == first_resume >= 5
-    assert (a1.model_extra or {})["cause"] == "time_limit" and a1.signal == "USR2"
-    requeue = (a1.model_extra or {})["requeue"]
+    assert a1.cause == "time_limit" and a1.signal == "USR2"
+    requeue = a1.model_dump(mode="json", exclude_none=True)["requeue"]
     assert requeue["action"] == "requeued" and requeue["cause"] == "time_limit"
     assert saved > first_resume
     assert a2.resumed_from_step == saved and a2.exit_code == 0

@@ -50,8 +50,11 @@ def register(sub: Any) -> None:
     p.add_argument("--all", action="store_true", help="verify every bundle in the store")
     add_json(p)
 
-    p = add_command(sub, "schema", "print the spec's JSON Schema (for editors and docs)",
-                    "mxc schema > mxc-spec.schema.json", _schema)
+    p = add_command(sub, "schema", "print the spec's JSON Schema (for editors and docs), or the run record's",
+                    "mxc schema > mxc-spec.schema.json\n"
+                    "mxc schema --record > mxc-run.schema.json   # record.json of a run (mxc-run/v2)", _schema)
+    p.add_argument("--record", action="store_true",
+                   help="the run record's JSON Schema (record.json, docs/runs.md) instead of the spec's")
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -249,6 +252,11 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
+    if args.record:
+        from mxc.runtime.record import json_schema
+
+        print(json.dumps(json_schema(), indent=2, sort_keys=True))
+        return 0
     from mxc.compiler.schema import JobSpec
 
     print(json.dumps(JobSpec.model_json_schema(by_alias=True), indent=2, sort_keys=True))

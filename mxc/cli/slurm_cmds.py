@@ -34,7 +34,7 @@ def _cancel(args: argparse.Namespace) -> int:
     if args.json:
         print_json(record.model_dump(mode="json"))
     else:
-        job = (record.slurm or {}).get("job_id")
+        job = record.slurm.job_id if record.slurm else None
         what = f"Slurm job {job}" if job else "its supervisor"
         print(f"mxc: run {run.run_id}: {record.status}" + ("" if record.final else f" (asked {what} to stop)"),
               file=sys.stderr)

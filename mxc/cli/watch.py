@@ -125,10 +125,9 @@ def _look(run: Any, snapshot: Any = None) -> tuple[Any, bool]:
 
 def _changes(before: Any, after: Any) -> list[str]:
     out = []
-    jobs_before = len((before.slurm or {}).get("jobs", []))
-    jobs_after = (after.slurm or {}).get("jobs", [])
-    for job in jobs_after[jobs_before:]:
-        out.append(f"resubmitted as Slurm job {job.get('job_id')} ({job.get('why')})")
+    jobs_before = len(before.slurm.jobs) if before.slurm else 0
+    for job in (after.slurm.jobs if after.slurm else [])[jobs_before:]:
+        out.append(f"resubmitted as Slurm job {job.job_id} ({job.why})")
     if after.status != before.status or after.final != before.final:
         end = f": {after.message}" if after.final and after.message else ""
         out.append(f"{before.status} -> {after.status}{end}")

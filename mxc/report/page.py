@@ -111,8 +111,8 @@ STATUS_CLASS = {"succeeded": "ok", "failed": "bad", "hung": "bad", "cancelled": 
 def _facts(run: RunData) -> list[tuple[str, str]]:
     s, record = run.summary(), run.record
     facts = [("spec", record.spec_name), ("bundle", s["bundle"]), ("backend", record.backend)]
-    if record.slurm and record.slurm.get("job_id"):
-        facts.append(("Slurm job", str(record.slurm["job_id"])))
+    if record.slurm and record.slurm.job_id:
+        facts.append(("Slurm job", record.slurm.job_id))
     facts += [("host", str(record.host.get("hostname") or "-")), ("started", _when(record.started)),
               ("duration", _duration(s["duration_seconds"])), ("steps", f"{s['steps']:,}")]
     if s["steps"]:

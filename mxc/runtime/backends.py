@@ -224,7 +224,7 @@ def exit_code(record: RunRecord) -> int:
         return 0
     code = record.exit_code
     if record.status == "cancelled":
-        signame = (record.model_extra or {}).get("cancelled_by", "SIGINT")
+        signame = record.cancelled_by or "SIGINT"
         return {"SIGTERM": 143, "SIGHUP": 129}.get(signame, 130)
     if code is None or code == 0:
         return 1

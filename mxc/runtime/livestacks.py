@@ -118,7 +118,7 @@ def _require_live_local(run: RunDir, record: RunRecord) -> None:
 
 
 def _require_live_job(run: RunDir, record: RunRecord) -> str:
-    job_id = str((record.slurm or {}).get("job_id") or "")
+    job_id = (record.slurm.job_id if record.slurm else None) or ""
     if record.final or record.status != "running" or not job_id:
         raise not_live(run, record.status)
     return job_id

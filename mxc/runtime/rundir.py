@@ -46,6 +46,11 @@ class RunDir:
         return self.path / "train.log"
 
     @property
+    def log_cursor(self) -> Path:
+        """Private: how far the Slurm backend has read train.log, and what it found (not the record)."""
+        return self.path / ".log-cursor.json"
+
+    @property
     def metrics(self) -> Path:
         """MaxText's per-step metrics, merged over attempts: one line per step, no duplicates."""
         return self.path / "metrics.jsonl"

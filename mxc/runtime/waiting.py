@@ -30,9 +30,9 @@ def progress_line(run: RunDir, record: RunRecord, status: str, now: datetime) ->
     """One line: status, steps, last loss, time so far (Slurm: the job id and its state)."""
     steps, loss = runs.live_progress(run, record)
     parts = [f"mxc: run {record.run_id}: {status}"]
-    slurm = record.slurm or {}
-    if slurm.get("job_id"):
-        parts.append(f"Slurm job {slurm['job_id']}" + (f" {slurm['state']}" if slurm.get("state") else ""))
+    slurm = record.slurm
+    if slurm is not None and slurm.job_id:
+        parts.append(f"Slurm job {slurm.job_id}" + (f" {slurm.state}" if slurm.state else ""))
     if steps is not None:
         parts.append(f"step {steps}")
     if loss is not None:

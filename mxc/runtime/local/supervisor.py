@@ -170,7 +170,7 @@ class Supervisor:
         """Why the attempt ended, as its rank wrote it (before observers hear of the end: a hang is an alert)."""
         ended = outcome.of_attempt(self.run.path, number, 1)
         cause = policy.COMPLETED if code == 0 and ended.cause in (policy.COMPLETED, policy.STAGE_FAILED) else ended.cause
-        attempt.cause = cause  # type: ignore[attr-defined]  # Attempt allows extra fields
+        attempt.cause = cause
         if cause == policy.HANG:
             self._mark_hung(number, attempt)
 
@@ -221,7 +221,7 @@ class Supervisor:
         """The restart policy's decision on this attempt, from the cause its rank recorded. The
         returned reason of a stop says what happened and why it is not restarted."""
         ended = outcome.of_attempt(self.run.path, number, 1)
-        cause = str((self.record.attempts[-1].model_extra or {}).get("cause", ended.cause))
+        cause = self.record.attempts[-1].cause or ended.cause
         restart = self.config.restart
         decision = policy.decide(policy.Situation(
             cause=cause, restarts=number, restart_max=restart.max, checkpoint=latest_checkpoint(self.config.checkpoints),
@@ -242,9 +242,9 @@ class Supervisor:
         hang = hangs[-1]
         what = "no training output" if hang.phase == "init" else "no training step"
         limit = "runtime.hang.init_timeout" if hang.phase == "init" else "runtime.hang.step_timeout"
-        attempt.hung = True  # type: ignore[attr-defined]
-        attempt.idle_seconds = hang.idle_seconds  # type: ignore[attr-defined]
-        attempt.stacks = hang.stacks  # type: ignore[attr-defined]
+        attempt.hung = True
+        attempt.idle_seconds = hang.idle_seconds
+        attempt.stacks = list(hang.stacks)
         attempt.reason = f"hung: {what} for {hang.idle_seconds:.0f}s ({limit} {hang.limit_s}s); killed; stacks in " \
                          f"{layout.stacks(self.run.path)}"
 
@@ -254,7 +254,7 @@ class Supervisor:
         self._merge_metrics()
         self.record.detected = detections.collect(self.run.path) or self.record.detected
         last = self.record.attempts[-1] if self.record.attempts else None
-        if status == "failed" and last is not None and (last.model_extra or {}).get("hung"):
+        if status == "failed" and last is not None and last.hung:
             status = "hung"  # the node program's hang watch stopped the last attempt
             why = (last.reason or "").removeprefix("hung: ")
             message = f"{why}; {message}" if message else why
@@ -262,7 +262,7 @@ class Supervisor:
         self.record.exit_code = code
         self.record.message = message
         if status == "cancelled" and self._stop_signal is not None:
-            self.record.cancelled_by = signal.Signals(self._stop_signal).name  # type: ignore[attr-defined]
+            self.record.cancelled_by = signal.Signals(self._stop_signal).name
         self.record.ended = now_iso()
         self.record.final = True
         self._log_line(f"[mxc] run {status}" + (f": {message}" if message else ""))

@@ -111,10 +111,10 @@ class Observability:
     def on_attempt_end(self, run: RunDir, record: RunRecord, exit_code: int) -> None:
         number = record.attempts[-1].number if record.attempts else 0
         attempt = record.attempts[-1] if record.attempts else None
-        if attempt is not None and (attempt.model_extra or {}).get("hung"):  # the supervisor read the rank's hang event
+        if attempt is not None and attempt.hung:  # the supervisor read the rank's hang event
             self.hangs += 1
             run_events.append(observability_dir(run) / run_events.EVENTS, "hang", attempt=number,
-                              idle_seconds=(attempt.model_extra or {}).get("idle_seconds"))
+                              idle_seconds=attempt.idle_seconds)
         run_events.append(observability_dir(run) / run_events.EVENTS, "attempt_end", attempt=number, exit_code=exit_code)
         self.info["hangs"] = self.hangs
 

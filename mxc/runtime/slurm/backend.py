@@ -50,7 +50,7 @@ from mxc.runtime.backends import (
 from mxc.runtime.metrics_merge import write_merged
 from mxc.runtime.provenance import hostfacts, training
 from mxc.runtime.provenance.environment import scrubbed
-from mxc.runtime.record import FINISHED, RunRecord, iso_time, now_iso
+from mxc.runtime.record import FINISHED, RunRecord, SlurmJob, SlurmState, iso_time, now_iso
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.slurm import events as slurm_events
 from mxc.runtime.slurm import query as slurm_query
@@ -166,8 +166,8 @@ class SlurmBackend:
             image=hostfacts.image_facts(contract, {}),
             rerun_of=request.rerun_of, labels=list(request.labels),
             resumed_from=request.resume_from.as_record() if request.resume_from else None,
-            slurm={"jobs": [], "exports": scrubbed(exports), "partition": contract.slurm.partition,
-                   "restart_max": contract.restart.max},
+            slurm=SlurmState(exports=scrubbed(exports), partition=contract.slurm.partition,
+                             restart_max=contract.restart.max),
         )
         record.tensorboard = str(run.tensorboard() / run.run_id)
         create_run_dir(run, record)  # before submitting: a job never runs without its run directory and record
@@ -179,8 +179,9 @@ class SlurmBackend:
 
             shutil.rmtree(run.path, ignore_errors=True)  # nothing was submitted: leave no run behind
             raise
-        record.slurm = {**(record.slurm or {}), "job_id": job_id,
-                        "jobs": [{"job_id": job_id, "submitted": now_iso(), "resubmits": 0}]}
+        slurm = record.slurm or SlurmState()
+        slurm.job_id, slurm.jobs = job_id, [SlurmJob(job_id=job_id, submitted=now_iso())]
+        record.slurm = slurm
         record.status = "queued"
         try:
             record.save(run.record)
@@ -232,7 +233,7 @@ def view_all(items: Sequence[tuple[RunDir, RunRecord]]) -> list[RunRecord]:
             continue
         seen = record.model_copy(deep=True)
         if _update(run, seen, snapshot, files[run.path]) is not None:
-            seen.message = (f"job {(seen.slurm or {}).get('job_id')} asked to be resubmitted; "
+            seen.message = (f"job {seen.slurm.job_id if seen.slurm else None} asked to be resubmitted; "
                             f"`mxc watch {run.run_id}` resubmits it")
         out.append(seen)
     return out
@@ -243,10 +244,9 @@ def poll(live: Sequence[tuple[RunDir, RunRecord, slurm_events.JobFiles | None]])
     cluster is remembered next to the run directories (``.slurm-sacct``), so it is asked once."""
     asks = []
     for run, record, files in live:
-        slurm = record.slurm or {}
-        jobs = [str(j.get("job_id")) for j in slurm.get("jobs", []) if isinstance(j, dict)]
+        slurm = record.slurm or SlurmState()
         files = files or slurm_events.JobFiles.read(run)
-        asks.append((str(slurm.get("job_id", "")), jobs, any(e.attempt > 0 for e in files.starts())))
+        asks.append((slurm.job_id or "", [j.job_id for j in slurm.jobs], any(e.attempt > 0 for e in files.starts())))
     memo = live[0][0].path.parent / SACCT_MEMO if live else None
     return slurm_query.poll(asks, memo)
 
@@ -301,30 +301,27 @@ def _update(run: RunDir, record: RunRecord, snapshot: slurm_query.Snapshot,
             files: slurm_events.JobFiles) -> dict[str, Any] | None:
     """Fold Slurm's state (from ``snapshot``) and the job's files into ``record`` (in memory).
     Returns the job's resubmission request when the job ended asking for one, else None."""
-    slurm = dict(record.slurm or {})
-    job_id = str(slurm.get("job_id", ""))
+    slurm = record.slurm = record.slurm or SlurmState()
+    job_id = slurm.job_id or ""
     state = snapshot.state(job_id) if job_id else JobState(job_id="", state="UNKNOWN")
-    log = slurm_events.LogFacts.from_record(slurm.get("log"))
-    log.update(run.log)
-    slurm["log"] = log.as_dict()
-    record.slurm = slurm
+    log = slurm_events.LogFacts.of_run(run)  # its cursor in the run directory's private file, not the record
     history: dict[str, list[str]] = {}
     if any(e.attempt > 0 for e in files.starts()) or state.ended:
-        history = {str(j["job_id"]): snapshot.history(str(j["job_id"])) for j in slurm.get("jobs", [])}
+        history = {j.job_id: snapshot.history(j.job_id) for j in slurm.jobs}
     slurm_events.apply(record, files, log, history)
     if observed := slurm_events.observability(run):
         record.observability = observed
-    slurm = dict(record.slurm or {})
+    slurm = record.slurm or SlurmState()
     if state.state != "UNKNOWN":
-        slurm.update(state=state.state, reason=state.reason, source=state.source)
+        slurm.state, slurm.reason, slurm.source = state.state, state.reason, state.source
         if state.nodes:
-            slurm["nodes"] = state.nodes
+            slurm.nodes = state.nodes
         if state.partition:
-            slurm["partition"] = state.partition
+            slurm.partition = state.partition
         if state.restart_count is not None:
-            slurm["slurm_restarts"] = state.restart_count
+            slurm.slurm_restarts = state.restart_count
         if state.time_left:
-            slurm["time_left"] = state.time_left
+            slurm.time_left = state.time_left
     record.slurm = slurm
     record.detected = detections.collect(run.path) or record.detected
     started = training.rank0(run.path, _spec_of(run, record))
@@ -352,14 +349,15 @@ def _finish(record: RunRecord, state: JobState, files: slurm_events.JobFiles) ->
     status = state.status
     if files.cancel_requested and status != "succeeded":
         status = "cancelled"
-        record.cancelled_by = "mxc cancel"  # type: ignore[attr-defined]
+        record.cancelled_by = "mxc cancel"
     record.status = status  # type: ignore[assignment]
-    record.slurm = {**(record.slurm or {}), "exit_code": rc}
+    slurm = record.slurm = record.slurm or SlurmState()
+    slurm.exit_code = rc
     # The exit code of the rank that failed first says more than srun's (the highest of all ranks,
     # often the SIGTERM of the ranks it brought down).
-    failure = (record.slurm or {}).get("first_failure") or {}
-    if status == "failed" and failure.get("rc"):
-        rc = int(failure["rc"])
+    failure = slurm.first_failure
+    if status == "failed" and failure is not None and failure.rc:
+        rc = failure.rc
     record.exit_code = rc if rc is not None else (0 if status == "succeeded" else None)
     if status == "succeeded":
         record.message = None
@@ -391,12 +389,12 @@ def _resubmit(run: RunDir, record: RunRecord, request: dict[str, Any]) -> None:
     hash and verified file by file, and the exports are recomputed as ``mxc run`` computed
     them (only ``MXC_RESUBMITS`` differs).
     """
-    slurm = dict(record.slurm or {})
+    slurm = record.slurm = record.slurm or SlurmState()
     old = str(request.get("job_id"))
-    resubmits = int(slurm.get("resubmits", 0)) + 1
+    resubmits = slurm.resubmits + 1
     bundle = _verified_bundle(run, record)
     exports = job_exports(RunRequest(home=_store(run).home, bundle=bundle, spec=bundle.spec()), run, resubmits)
-    recorded = {k: str(v) for k, v in dict(slurm.get("exports") or {}).items()}
+    recorded = dict(slurm.exports)
     expected = scrubbed(exports)  # what mxc run recorded (secret-shaped parts redacted)
     differ = sorted(k for k in set(recorded) | set(expected) if k != "MXC_RESUBMITS" and recorded.get(k) != expected.get(k))
     if differ:
@@ -405,13 +403,16 @@ def _resubmit(run: RunDir, record: RunRecord, request: dict[str, Any]) -> None:
     argv = sbatch_argv(bundle.path, run, exports)
     job_id = slurm_query.submit(argv)
     (run.path / slurm_events.RESUBMIT_REQUEST).rename(run.path / f"{slurm_events.RESUBMIT_REQUEST}.{old}")
-    slurm["jobs"] = [*slurm.get("jobs", []), {"job_id": job_id, "submitted": now_iso(), "resubmits": resubmits,
-                                               "resubmit_of": old, "why": request.get("why"),
-                                               "cause": request.get("cause")}]
-    slurm.update(job_id=job_id, exports=expected, resubmits=resubmits, state="PENDING")
-    record.slurm = slurm
+    slurm.jobs = [*slurm.jobs, SlurmJob(job_id=job_id, submitted=now_iso(), resubmits=resubmits, resubmit_of=old,
+                                        why=_text(request.get("why")), cause=_text(request.get("cause")))]
+    slurm.job_id, slurm.exports, slurm.resubmits, slurm.state = job_id, expected, resubmits, "PENDING"
     record.status = "queued"
     record.message = f"resubmitted by mxc as job {job_id}: {request.get('why')}"
+
+
+def _text(value: Any) -> str | None:
+    """A field of the job's resubmit.request as the record's text (the file is the job's to write)."""
+    return None if value is None else str(value)
 
 
 def _verified_bundle(run: RunDir, record: RunRecord) -> StoredBundle:
@@ -441,7 +442,7 @@ def cancel(run: RunDir, timeout: float = 60) -> RunRecord:
     if record.final:
         raise UserError(f"run {run.run_id} already ended ({record.status})")
     (run.path / slurm_events.CANCEL_REQUEST).write_text(now_iso() + "\n")
-    job_id = str((record.slurm or {}).get("job_id", ""))
+    job_id = record.slurm.job_id if record.slurm and record.slurm.job_id else ""
     if job_id:
         slurm_query.cancel(job_id)
     deadline = time.monotonic() + timeout

@@ -10,11 +10,14 @@ whose layout and event types are defined once, in mxc/node/layout.py and mxc/nod
 * ``train.log``: read incrementally for each restart's resumed checkpoint and last step.
 
 Event lines are validated here by pydantic over the node program's dataclasses; a line that does
-not validate is reported in ``record.slurm["invalid_events"]``, never guessed at.
+not validate is reported in ``record.slurm.invalid_events``, never guessed at.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
 import signal
 from dataclasses import dataclass, field
@@ -23,10 +26,19 @@ from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from mxc.fsutil import open_regular, read_json, read_text
+from mxc.fsutil import open_regular, read_json, read_text, write_atomic
 from mxc.node import events as ev
 from mxc.node import layout, policy
-from mxc.runtime.record import Attempt, RunRecord, iso_time
+from mxc.runtime.record import (
+    Attempt,
+    Decision,
+    FirstFailure,
+    Requeue,
+    RequeueEntry,
+    RunRecord,
+    SlurmState,
+    iso_time,
+)
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.trainlog import RESTORE_LINE, STEP_PREFIX
 
@@ -127,21 +139,45 @@ class LogFacts:
     # srun's first "task N: ..." error of each restart: the rank srun saw fail first
     srun_first_error: dict[int, dict[str, Any]] = field(default_factory=dict)
 
+    inode: int = 0  # of the train.log the offset belongs to (a replaced log is read again from its start)
+
     @classmethod
-    def from_record(cls, data: dict[str, Any] | None) -> LogFacts:
-        data = data or {}
-        return cls(offset=int(data.get("offset", 0)), restart=int(data.get("restart", 0)),
-                   resumed={int(k): int(v) for k, v in data.get("resumed", {}).items()},
-                   last_step={int(k): int(v) for k, v in data.get("last_step", {}).items()},
-                   srun_first_error={int(k): v for k, v in data.get("srun_first_error", {}).items()})
+    def from_data(cls, data: Any) -> LogFacts:
+        """From what ``as_dict`` wrote; malformed data (the file is anyone's who can write the run
+        directory) starts over from the log's beginning, which is always right, only slower."""
+        try:
+            return cls(offset=int(data["offset"]), restart=int(data["restart"]), inode=int(data.get("inode", 0)),
+                       resumed={int(k): int(v) for k, v in data["resumed"].items()},
+                       last_step={int(k): int(v) for k, v in data["last_step"].items()},
+                       srun_first_error={int(k): {"node": str(v["node"]), "rank": int(v["rank"]), "what": str(v["what"])}
+                                         for k, v in data["srun_first_error"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return cls()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"offset": self.offset, "restart": self.restart, "resumed": self.resumed, "last_step": self.last_step,
-                "srun_first_error": self.srun_first_error}
+        return {"offset": self.offset, "inode": self.inode, "restart": self.restart, "resumed": self.resumed,
+                "last_step": self.last_step, "srun_first_error": self.srun_first_error}
+
+    @classmethod
+    def of_run(cls, run: RunDir) -> LogFacts:
+        """The facts of the run's train.log so far: from its private cursor file, brought up to date
+        with what was appended since, and saved again (a derived cache, never the record; a run
+        directory this user cannot write is read from the start each time)."""
+        facts = cls.from_data(read_json(run.log_cursor))
+        before = facts.offset
+        facts.update(run.log)
+        if facts.offset != before:
+            with contextlib.suppress(OSError):
+                write_atomic(run.log_cursor, json.dumps(facts.as_dict()) + "\n", mode=0o600)
+        return facts
 
     def update(self, log: Path) -> None:
         try:
             with open_regular(log) as fh:  # a FIFO in the log's place must not hang `mxc runs`
+                info = os.fstat(fh.fileno())
+                if info.st_ino != self.inode or info.st_size < self.offset:  # another file: read it from its start
+                    fresh = LogFacts(inode=info.st_ino)
+                    self.__dict__.update(fresh.__dict__)
                 fh.seek(self.offset)
                 data = fh.read(1 << 26)
         except OSError:
@@ -160,7 +196,7 @@ class LogFacts:
         self.offset += end
 
 
-def _requeue_entry(decision: ev.Decision, done: ev.Requeue | None) -> dict[str, Any]:
+def _requeue_entry(decision: ev.Decision, done: ev.Requeue | None) -> Requeue:
     """A decision as the record's ``requeue`` shows it: action requeued / resubmit_requested /
     requeue_failed (how a requeue went), refused (the policy said stop) or none (done)."""
     if decision.action == policy.REQUEUE:
@@ -168,19 +204,18 @@ def _requeue_entry(decision: ev.Decision, done: ev.Requeue | None) -> dict[str, 
         why = done.why if done is not None and done.action != "requeued" else decision.reason
     else:
         action, why = ("refused" if decision.action == policy.STOP else "none"), decision.reason
-    entry = {"cause": decision.cause, "action": action, "why": why, "checkpoint": decision.checkpoint}
-    return {k: v for k, v in entry.items() if v not in (None, "")}
+    return Requeue(cause=decision.cause, action=action, why=why or None, checkpoint=decision.checkpoint)
 
 
-def _reason(entry: dict[str, Any]) -> str:
-    cause, why = entry["cause"], entry.get("why")
+def _reason(entry: Requeue) -> str:
+    cause, why = entry.cause, entry.why
     return {
-        "requeued": f"{cause}: requeued after checkpoint {entry.get('checkpoint', 'none')}",
+        "requeued": f"{cause}: requeued after checkpoint {entry.checkpoint if entry.checkpoint is not None else 'none'}",
         "resubmit_requested": f"{cause}: resubmit requested ({why})",
         "requeue_failed": f"{cause}: requeue failed ({why})",
         "refused": f"{cause}: not requeued ({why})",
         "none": f"{cause}: nothing to requeue ({why})",
-    }.get(str(entry["action"]), f"{cause}: {why}")
+    }.get(entry.action, f"{cause}: {why}")
 
 
 def attempts(files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> list[Attempt]:
@@ -197,12 +232,11 @@ def attempts(files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> l
         if isinstance(event, ev.BatchStart | ev.Refused):
             n = runs_of_job.get(event.job_id, 0)
             runs_of_job[event.job_id] = n + 1
-            attempt = Attempt(number=event.attempt, started=iso_time(event.time) or "")
-            attempt.job_id = event.job_id  # type: ignore[attr-defined]
-            attempt.run_of_job = n  # type: ignore[attr-defined]
+            attempt = Attempt(number=event.attempt, started=iso_time(event.time) or "", job_id=event.job_id,
+                              run_of_job=n)
             if isinstance(event, ev.BatchStart):
-                attempt.nodes = event.nodes  # type: ignore[attr-defined]
-                attempt.coordinator = event.coordinator  # type: ignore[attr-defined]
+                attempt.nodes = event.nodes
+                attempt.coordinator = event.coordinator
                 attempt.resumed_from_step = log.resumed.get(event.attempt)
                 attempt.last_step = log.last_step.get(event.attempt)
             else:
@@ -215,20 +249,19 @@ def attempts(files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> l
         current = out[-1]
         if isinstance(event, ev.SignalReceived):
             current.signal = event.signal
-            current.cause = event.cause  # type: ignore[attr-defined]
+            current.cause = event.cause
         elif isinstance(event, ev.Decision):
             decision = event
-            current.decision = {k: v for k, v in (  # type: ignore[attr-defined]
-                ("cause", event.cause), ("action", event.action), ("reason", event.reason), ("rank", event.rank),
-                ("node", event.node), ("detail", event.detail)) if v is not None}
+            current.decision = Decision(cause=event.cause, action=event.action, reason=event.reason, rank=event.rank,
+                                        node=event.node, detail=event.detail)
             if event.cause != policy.COMPLETED:
-                current.requeue = _requeue_entry(event, None)  # type: ignore[attr-defined]
-                current.reason = _reason(current.requeue)  # type: ignore[attr-defined]
+                current.requeue = _requeue_entry(event, None)
+                current.reason = _reason(current.requeue)
             if event.action != policy.REQUEUE:
                 current.ended = iso_time(event.time)
         elif isinstance(event, ev.Requeue) and decision is not None:
-            current.requeue = _requeue_entry(decision, event)  # type: ignore[attr-defined]
-            current.reason = _reason(current.requeue)  # type: ignore[attr-defined]
+            current.requeue = _requeue_entry(decision, event)
+            current.reason = _reason(current.requeue)
             if event.action != "requeued":
                 current.ended = iso_time(event.time)
         elif isinstance(event, ev.End):
@@ -243,24 +276,22 @@ def attempts(files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> l
     why = {"NODE_FAIL": "node failure", "PREEMPTED": "preemption", "PENDING": "requeued (scontrol requeue)",
            "REQUEUED": "requeued (scontrol requeue)"}
     for i, attempt in enumerate(out[:-1]):
-        job = str(getattr(attempt, "job_id", ""))
-        ours = getattr(attempt, "requeue", {}).get("action") == "requeued"
-        if ours or job != str(getattr(out[i + 1], "job_id", "")):
+        ours = attempt.requeue is not None and attempt.requeue.action == "requeued"
+        if ours or attempt.job_id != out[i + 1].job_id:
             attempt.ended = attempt.ended or out[i + 1].started
             continue
         # The same job started again without requeueing itself: Slurm requeued it.
-        states = history.get(job, [])
-        n = int(getattr(attempt, "run_of_job", 0))
+        states = history.get(attempt.job_id or "", [])
+        n = attempt.run_of_job or 0
         slurm_state = states[n] if n < len(states) else None
         attempt.ended = attempt.ended or out[i + 1].started
         attempt.reason = (f"Slurm requeued the job: {why.get(slurm_state or '', slurm_state)}" if slurm_state
                           else "Slurm requeued the job (node failure, preemption or scontrol requeue)")
-        if slurm_state:
-            attempt.slurm_state = slurm_state  # type: ignore[attr-defined]
+        attempt.slurm_state = slurm_state
     return out
 
 
-def first_failure(files: JobFiles, log: LogFacts, restart: int) -> dict[str, Any] | None:
+def first_failure(files: JobFiles, log: LogFacts, restart: int) -> FirstFailure | None:
     """The rank that died first in an attempt.
 
     srun's first "task N: ..." error names it (with --kill-on-bad-exit, that failure is what
@@ -284,21 +315,21 @@ def first_failure(files: JobFiles, log: LogFacts, restart: int) -> dict[str, Any
         rank = int(srun["rank"])
         exit_event = exits.get(rank)
         if exit_event is None:
-            return {"rank": rank, "node": srun["node"], "stage": None, "rc": None, "cause": policy.KILLED,
-                    "srun": srun["what"],
-                    "why": f"{srun['what']} (no exit recorded: killed outright, e.g. SIGKILL, OOM killer, node failure)"}
-        return _failure(exit_event, srun["what"])
+            return FirstFailure(rank=rank, node=str(srun["node"]), cause=policy.KILLED, srun=str(srun["what"]),
+                                why=f"{srun['what']} (no exit recorded: killed outright, e.g. SIGKILL, OOM killer, "
+                                    "node failure)")
+        return _failure(exit_event, str(srun["what"]))
     if failed:
         return _failure(failed[0], None)
     vanished = sorted(r for r in started if r not in exits)
     if vanished:
         rank = vanished[0]
-        return {"rank": rank, "node": started[rank].node, "stage": None, "rc": None, "cause": policy.KILLED,
-                "why": "no exit recorded: killed outright (SIGKILL, OOM killer or node failure)"}
+        return FirstFailure(rank=rank, node=started[rank].node, cause=policy.KILLED,
+                            why="no exit recorded: killed outright (SIGKILL, OOM killer or node failure)")
     return None
 
 
-def _failure(event: ev.RankExit, srun: str | None) -> dict[str, Any] | None:
+def _failure(event: ev.RankExit, srun: str | None) -> FirstFailure | None:
     if event.rc == 0:
         return None
     if event.cause == policy.HANG:
@@ -313,13 +344,9 @@ def _failure(event: ev.RankExit, srun: str | None) -> dict[str, Any] | None:
     else:
         sig = _signal_name(event.rc)
         why = f"stage {event.stage} failed with exit {event.rc}" + (f" ({sig})" if sig else "")
-    out: dict[str, Any] = {"rank": event.rank, "node": event.node, "stage": event.stage, "rc": event.rc,
-                           "cause": event.cause, "timed_out": event.timed_out, "why": why}
-    if event.detail and event.cause != policy.HANG:
-        out["detail"] = event.detail
-    if srun:
-        out["srun"] = srun
-    return out
+    return FirstFailure(rank=event.rank, node=event.node, stage=event.stage, rc=event.rc, cause=event.cause,
+                        timed_out=event.timed_out, why=why, srun=srun,
+                        detail=event.detail if event.detail and event.cause != policy.HANG else None)
 
 
 def _signal_name(rc: int) -> str | None:
@@ -331,9 +358,9 @@ def _signal_name(rc: int) -> str | None:
     return None
 
 
-def preflight_summary(files: JobFiles) -> dict[str, Any]:
+def preflight_summary(files: JobFiles) -> dict[str, dict[str, Any]]:
     """Per rank (as text keys, JSON-friendly) the latest preflight result; failed checks listed."""
-    out: dict[str, Any] = {}
+    out: dict[str, dict[str, Any]] = {}
     for rank, result in sorted(files.preflight.items()):
         checks = result.get("checks", [])
         failed = [f"{c.get('check')}: {c.get('detail')}" for c in checks if isinstance(c, dict) and c.get("status") == "fail"]
@@ -341,54 +368,49 @@ def preflight_summary(files: JobFiles) -> dict[str, Any]:
     return out
 
 
-def failure_message(failure: dict[str, Any], preflight: dict[str, Any]) -> str:
-    where = f"rank {failure['rank']} ({failure.get('node')})"
-    if failure.get("stage") == "preflight":
-        failed = preflight.get(str(failure["rank"]), {}).get("failed") or []
-        return f"{where} failed first: preflight: " + ("; ".join(failed) or f"exit {failure.get('rc')}")
-    return f"{where} failed first: {failure['why']}"
+def failure_message(failure: FirstFailure, preflight: dict[str, dict[str, Any]]) -> str:
+    where = f"rank {failure.rank} ({failure.node})"
+    if failure.stage == "preflight":
+        failed = preflight.get(str(failure.rank), {}).get("failed") or []
+        return f"{where} failed first: preflight: " + ("; ".join(failed) or f"exit {failure.rc}")
+    return f"{where} failed first: {failure.why}"
 
 
 def apply(record: RunRecord, files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> None:
     """Fold the job's files into the record (attempts, restarts, preflight, first failure, decisions)."""
     record.attempts = attempts(files, log, history)
     start = files.latest_start()
-    slurm = dict(record.slurm or {})
+    slurm = record.slurm or SlurmState()
     begun = [e for e in files.batch if isinstance(e, ev.BatchStart | ev.Refused)]
     if begun:  # SLURM_RESTART_COUNT of the latest start lands here, as do mxc's resubmissions
         record.restarts = begun[-1].attempt
-        slurm["restart_count"] = begun[-1].slurm_restart_count
-        slurm["resubmits"] = begun[-1].resubmits
+        slurm.restart_count = begun[-1].slurm_restart_count
+        slurm.resubmits = begun[-1].resubmits
     if start is not None:
-        slurm["coordinator"] = start.coordinator
-        slurm["batch_host"] = start.batch_host
-        slurm["node_list"] = start.nodes
-        slurm["num_nodes"] = start.num_nodes
+        slurm.coordinator = start.coordinator
+        slurm.batch_host = start.batch_host
+        slurm.node_list = start.nodes
+        slurm.num_nodes = start.num_nodes
         if start.partition:
-            slurm["partition"] = start.partition
-    requeues = [{"job_id": getattr(a, "job_id", None), "restart": a.number, **a.requeue}  # type: ignore[attr-defined]
-                for a in record.attempts if getattr(a, "requeue", {}).get("cause") in policy.REQUEUE_CAUSES]
-    if requeues:
-        slurm["requeues"] = requeues
-    if files.problems:
-        slurm["invalid_events"] = files.problems
-    else:
-        slurm.pop("invalid_events", None)
+            slurm.partition = start.partition
+    slurm.requeues = [RequeueEntry(job_id=a.job_id, restart=a.number, **a.requeue.model_dump())
+                      for a in record.attempts if a.requeue is not None and a.requeue.cause in policy.REQUEUE_CAUSES]
+    slurm.invalid_events = list(files.problems)
     preflight = preflight_summary(files)
     if preflight:
-        record.preflight = preflight  # type: ignore[attr-defined]
+        record.preflight = preflight
     restart = record.restarts
     failure = first_failure(files, log, restart)
-    slurm["first_failure"] = failure
+    slurm.first_failure = failure
     record.slurm = slurm
     refused = [e for e in files.batch if isinstance(e, ev.Refused) and e.attempt == restart]
     last = record.attempts[-1] if record.attempts else None
-    decided: dict[str, Any] = getattr(last, "decision", None) or {}
+    decided = last.decision if last is not None else None
     if refused:
         record.message = refused[-1].why
-    elif decided.get("action") == policy.STOP and "rank" in decided and failure is not None:
-        record.message = f"{failure_message(failure, preflight)}; not requeued: {decided.get('reason')}"
-    elif decided.get("action") == policy.STOP and last is not None:
+    elif decided is not None and decided.action == policy.STOP and decided.rank is not None and failure is not None:
+        record.message = f"{failure_message(failure, preflight)}; not requeued: {decided.reason}"
+    elif decided is not None and decided.action == policy.STOP and last is not None:
         record.message = last.reason
     elif failure is not None:
         record.message = failure_message(failure, preflight)

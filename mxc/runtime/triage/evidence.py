@@ -233,8 +233,7 @@ def record_hits(record: RunRecord, scanner: Scanner) -> None:
         scanner.add(_hit(catalog, "hang", f"record.json: status hung ({record.message or 'no progress'})", "record.json",
                          attempt=last, detail=record.message or "status hung", priority=catalog.cause("hang").priority + 10))
     for attempt in record.attempts:
-        extra = attempt.model_extra or {}
-        if extra.get("hung"):  # the supervisor marks the attempt the node program's hang watch stopped
+        if attempt.hung:  # the supervisor marks the attempt the node program's hang watch stopped
             scanner.add(_hit(catalog, "hang", f"record.json: attempt {attempt.number}: {attempt.reason or 'hung'}",
                              "record.json", attempt=attempt.number, time=epoch_seconds(attempt.ended),
                              detail=attempt.reason or "hung"))
@@ -244,14 +243,12 @@ def record_hits(record: RunRecord, scanner: Scanner) -> None:
             if hit:
                 hit.priority -= 1  # the rank's own files say more (which rank, which stage)
                 scanner.add(hit)
-    slurm = record.slurm or {}
-    state = str(slurm.get("state") or "")
+    state = (record.slurm.state if record.slurm else None) or ""
     mapping = {"NODE_FAIL": "node_failure", "OUT_OF_MEMORY": "host_oom", "TIMEOUT": "time_limit", "PREEMPTED": "preempted"}
     if state in mapping:
-        failure = slurm.get("first_failure") or {}
-        rank = failure.get("rank") if isinstance(failure.get("rank"), int) else None
-        scanner.add(_hit(catalog, mapping[state], f"Slurm job state {state}", "record.json", attempt=last, rank=rank,
-                         node=failure.get("node"), detail=state))
+        failure = record.slurm.first_failure if record.slurm else None
+        scanner.add(_hit(catalog, mapping[state], f"Slurm job state {state}", "record.json", attempt=last,
+                         rank=failure.rank if failure else None, node=failure.node if failure else None, detail=state))
 
 
 def metrics_facts(root: Path, scanner: Scanner, facts: Facts, attempt: int) -> None:
