@@ -158,20 +158,23 @@ def test_diff_shows_keys_changed_inside_the_config_file(mxc: Mxc, mxc_home: Path
     assert "bundle files that differ: model/llama2-70b.gpu.yml" in out.stdout
 
 
+def _prefix(c: Container, image: str, code_dir: str | None, workdir: str | None) -> list[str]:
+    return container.launcher(c, "python3", container.Image(image, "exists"), {}, Path("/r"), Path("/o"), code_dir, [],
+                              {}, None, Path("/n"), Path("/r/req.json"), workdir=workdir).prefix
+
+
 def test_podman_and_apptainer_start_in_the_images_maxtext() -> None:
+    shim = ["python3", "/n/envmerge.py", "/r/req.json", "--", "python3"]  # joins the image's environment first
     c = Container(kind="podman", image_ref="img", image_digest=DIGEST, gpu_vendor="none", mounts=[], python="python3",
                   maxtext_version=None)
-    podman = container.launcher(c, "python3", container.Image("img@" + DIGEST, "exists"), {}, Path("/r"), Path("/o"),
-                                None, [], workdir="/workspace/maxtext")
-    assert podman[-4:] == ["--workdir", "/workspace/maxtext", "img@" + DIGEST, "python3"]
+    podman = _prefix(c, "img@" + DIGEST, None, "/workspace/maxtext")
+    assert podman[-8:] == ["--workdir", "/workspace/maxtext", "img@" + DIGEST, *shim]
     c = Container(kind="apptainer", image_ref="img", image_digest=DIGEST, gpu_vendor="amd", mounts=[], python="python3",
                   maxtext_version=None)
-    apptainer = container.launcher(c, "python3", container.Image("/c/img.sif", "verified"), {}, Path("/r"), Path("/o"),
-                                   None, [], workdir="/workspace/maxtext")
-    assert apptainer[-4:] == ["--pwd", "/workspace/maxtext", "/c/img.sif", "python3"]
+    apptainer = _prefix(c, "/c/img.sif", None, "/workspace/maxtext")
+    assert apptainer[-8:] == ["--pwd", "/workspace/maxtext", "/c/img.sif", *shim]
     # A pinned checkout stays the working directory.
-    pinned = container.launcher(c, "python3", container.Image("/c/img.sif", "verified"), {}, Path("/r"), Path("/o"),
-                                "/code", [], workdir=None)
+    pinned = _prefix(c, "/c/img.sif", "/code", None)
     assert "--pwd" in pinned and pinned[pinned.index("--pwd") + 1] == "/code"
 
 
@@ -186,7 +189,7 @@ def test_a_local_podman_run_starts_the_images_maxtext_with_the_config_file(
         "#!/bin/bash\n"
         'if [ "$1" = run ]; then\n'
         '  printf "%s\\n" "$@" > "$MXC_RUN_DIR/podman.argv"\n'
-        '  while [ $# -gt 0 ] && [ "$1" != python3 ]; do shift; done; shift 3\n'
+        '  while [ $# -gt 0 ] && [ "$1" != -- ]; do shift; done; shift 4\n'  # past envmerge.py: python3 -m X
         '  cp "$1" "$MXC_RUN_DIR/trainer-config.yml"\n'
         f'  exec {sys.executable} {STANDIN} "$@"\n'
         "fi\n"
@@ -202,7 +205,9 @@ def test_a_local_podman_run_starts_the_images_maxtext_with_the_config_file(
     at = argv.index(ref)
     assert argv[at - 2:at] == ["--workdir", "/workspace/maxtext"]
     config = str(run / "model" / "llama2-70b.gpu.yml")
-    assert argv[at + 1:at + 6] == ["python3", "-m", "MaxText.train", config, "model_name=llama2-70b"]
+    assert argv[at + 1] == "python3" and argv[at + 2].endswith("/mxc_node/envmerge.py")
+    dashes = argv.index("--", at)
+    assert argv[dashes + 1:dashes + 6] == ["python3", "-m", "MaxText.train", config, "model_name=llama2-70b"]
     assert ["--volume", f"{run}:{run}"] in [list(pair) for pair in itertools.pairwise(argv)]
     assert (run / "trainer-config.yml").read_bytes() == (FIXTURES / "llama2-70b.gpu.yml").read_bytes()
     record = json.loads((run / "record.json").read_text())
