@@ -201,7 +201,8 @@ def build_contract(spec: JobSpec) -> RunContract:
             enabled=spec.observability.enabled, bind=spec.observability.bind,
             exporter_port=spec.observability.exporter_port, prometheus_port=spec.observability.prometheus_port,
             tensorboard_port=spec.observability.tensorboard_port, scrape_interval=spec.observability.scrape_interval,
-            plugins=list(spec.observability.plugins),
+            plugins=list(spec.observability.plugins), ray=spec.observability.ray,
+            alerts=spec.observability.enabled and spec.observability.alerts.enabled,
         ),
         infrastructure=infrastructure_patterns(),
     )

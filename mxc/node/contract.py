@@ -141,6 +141,8 @@ class Observability:
     tensorboard_port: int
     scrape_interval: int
     plugins: list[str]
+    ray: bool = True  # a Ray cluster too, each rank's training in a Ray actor (mxc.runtime.observe.ray_node_launch)
+    alerts: bool = False  # the bundle has alerts.rules.yml: whoever runs Prometheus also runs the alert receiver
     __pydantic_config__ = STRICT
 
 

@@ -277,7 +277,7 @@ class Rank:
         launcher = container.launcher(contract.container, python, image, env, self.run, output_dir, code_dir, env_names)
         exe = shutil.which(launcher[0]) if len(launcher) == 1 else None
         observer = self._start_observer(contract, node_env)
-        if observer is not None:
+        if observer is not None and contract.observability.ray:
             launcher = [env["MXC_AGENT_PYTHON"], "-m", "mxc.runtime.observe.ray_node_launch", "--run-dir", str(self.run),
                         "--node", self.node, "--rank", str(self.rank), "--attempt", str(self.attempt), "--", *launcher]
         argv = [*launcher, "-m", contract.train.module, *args]

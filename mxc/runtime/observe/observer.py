@@ -33,12 +33,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mxc.fsutil import write_json_atomic
+from mxc.compiler.alert_rules import ALERT_RULES
+from mxc.fsutil import read_json, write_json_atomic
 from mxc.node.contract import Observability as ObservabilitySettings
 from mxc.node.contract import RunContract
 from mxc.runtime.hooks import TrainingProcess
 from mxc.runtime.lifetime import tied_to_caller
-from mxc.runtime.observe import run_events, site_exporters
+from mxc.runtime.observe import alert_notify, run_events, scrape_token, site_exporters
+from mxc.runtime.observe.alert_receiver import FILE as ALERTS_FILE
+from mxc.runtime.observe.alert_receiver import AlertLog, AlertReceiver
 from mxc.runtime.observe.prometheus import PrometheusServer, write_targets
 from mxc.runtime.observe.ray_launcher import RayHead, RayLauncher
 from mxc.runtime.procfs import ProcessId
@@ -48,8 +51,10 @@ from mxc.runtime.rundir import RunDir
 EXPORTER_READY_TIMEOUT = 60.0
 
 
-def extensions(contract: RunContract) -> tuple[RayLauncher, list[Observability]]:
-    launcher = RayLauncher()
+def extensions(contract: RunContract) -> tuple[RayLauncher | None, list[Observability]]:
+    """The Ray launcher (only with ``observability.ray``; without it the supervisor starts the
+    training itself) and the observer."""
+    launcher = RayLauncher() if contract.observability.ray else None
     return launcher, [Observability(contract.observability, contract.name, launcher)]
 
 
@@ -77,6 +82,7 @@ class Observability:
         self.node = socket.gethostname()
         self.exporter: subprocess.Popen[bytes] | None = None
         self.prometheus: PrometheusServer | None = None
+        self.receiver: AlertReceiver | None = None
         self.info: dict[str, Any] = {}
         self.errors: list[str] = []
         self.hangs = 0
@@ -175,6 +181,10 @@ class Observability:
         ready.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "mxc.runtime.observe.exporter", "--config", str(config), "--run-dir", str(run.path),
                 "--ready-file", str(ready), *self.exporter_args]
+        if sends_token(bundle):
+            token = scrape_token.path_in(prometheus_dir(run))
+            scrape_token.ensure(token)  # before Prometheus starts: it reads the token for its first scrape
+            argv += ["--token-file", str(token)]
         with open(log_path, "ab") as log:
             self.exporter = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, start_new_session=True, env=_marked(run))
@@ -215,12 +225,30 @@ class Observability:
             config.chmod(0o644)
         else:
             config.write_text(default_config(self.settings.scrape_interval, self.name))
+        if self.settings.alerts and bundle is not None and (bundle / ALERT_RULES).exists():
+            self._start_alert_receiver(run, bundle)
         self.prometheus = PrometheusServer.start(config, tsdb_data(run), self.settings.bind,
                                                  self.settings.prometheus_port, home / "prometheus.log",
                                                  env=_marked(run))
         self.info["prometheus"] = {"url": self.prometheus.url, "port": self.prometheus.port,
                                    **_identity(self.prometheus.process.pid), "config": str(config),
                                    "log": str(home / "prometheus.log")}
+
+    def _start_alert_receiver(self, run: RunDir, bundle: Path) -> None:
+        """The bundle's rules beside the run's prometheus.yml, and the receiver Prometheus sends their
+        alerts to (alert_receiver.py), on loopback behind the run's scrape token, before Prometheus
+        starts (it reads both at start)."""
+        home = prometheus_dir(run)
+        shutil.copyfile(bundle / ALERT_RULES, home / ALERT_RULES)
+        (home / ALERT_RULES).chmod(0o644)
+        token = scrape_token.ensure(scrape_token.path_in(home))
+        spec = read_json(bundle / "spec.json")
+        log = AlertLog(observability_dir(run) / ALERTS_FILE, on_event=alert_notify.sender(spec, run.run_id))
+        self.receiver = AlertReceiver(log, token)
+        port = self.receiver.start("127.0.0.1", 0)
+        write_targets(home / "targets", f"alert-receiver-{self.node}", [f"127.0.0.1:{port}"], {})
+        self.info["alerts"] = {"rules": str(home / ALERT_RULES), "receiver": f"http://127.0.0.1:{port}",
+                               "log": str(log.path)}
 
     def _ray_ready(self, head: RayHead) -> None:
         if self.run is None:
@@ -252,17 +280,33 @@ class Observability:
                 self.exporter.wait()
         if self.prometheus is not None:
             self.prometheus.stop()
+        if self.receiver is not None:
+            self.receiver.stop()
 
     def _error(self, text: str) -> None:
         self.errors.append(text)
         print(f"mxc: warning: observability: {text}", file=sys.stderr)
 
 
+def sends_token(bundle: Path | None) -> bool:
+    """Whether the run's Prometheus will send the scrape token: the default config and every bundle
+    built since tokens exist do (``credentials_file``); a bundle built before does not, and its
+    exporter then serves without one, as it did (on its configured bind, loopback by default)."""
+    source = bundle / "prometheus.yml" if bundle else None
+    if source is None or not source.exists():
+        return True
+    try:
+        return "credentials_file: scrape-token" in source.read_text("utf-8")
+    except OSError:
+        return True
+
+
 def default_config(scrape_interval: int, job: str) -> str:
     """The bundle's prometheus.yml when a bundle has none (same shape as the template)."""
     return (f"global:\n  scrape_interval: {scrape_interval}s\n  evaluation_interval: {scrape_interval}s\n"
             f"  external_labels:\n    mxc_job: {json.dumps(job)}\nscrape_configs:\n"
-            "  - job_name: mxc-exporter\n    file_sd_configs:\n      - files: ['targets/exporter-*.json']\n"
+            "  - job_name: mxc-exporter\n    authorization:\n      credentials_file: scrape-token\n"
+            "    file_sd_configs:\n      - files: ['targets/exporter-*.json']\n"
             f"  - job_name: ray\n    scrape_interval: {max(scrape_interval, 15)}s\n"
             f"    scrape_timeout: {max(scrape_interval, 15)}s\n"
             "    file_sd_configs:\n      - files: ['targets/ray-*.json']\n")
