@@ -241,6 +241,7 @@ record = RunRecord(run_id=run.run_id, bundle="0" * 64, spec_name="t", backend="l
 observer = Observability(Settings(enabled=True, bind="127.0.0.1", exporter_port=19400, prometheus_port=19190,
                                   tensorboard_port=6006, scrape_interval=1, plugins=["host"]), "t")
 observer.on_start(run, record)
+observer.started.wait()  # the start-up runs beside the training, in the background
 print(json.dumps(record.observability), flush=True)
 time.sleep(600)
 '''

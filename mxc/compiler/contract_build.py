@@ -202,6 +202,7 @@ def build_contract(spec: JobSpec) -> RunContract:
             exporter_port=spec.observability.exporter_port, prometheus_port=spec.observability.prometheus_port,
             tensorboard_port=spec.observability.tensorboard_port, scrape_interval=spec.observability.scrape_interval,
             plugins=list(spec.observability.plugins), ray=spec.observability.ray,
+            ray_dashboard=spec.observability.ray_dashboard,
             alerts=spec.observability.enabled and spec.observability.alerts.enabled,
         ),
         infrastructure=infrastructure_patterns(),

@@ -337,9 +337,11 @@ class Alerts(Strict):
 class Observability(Strict):
     """Metrics and TensorBoard (hangs: runtime.hang). Dashboards bind to loopback unless told otherwise."""
 
-    enabled: bool = Field(False, description="run the exporter, Prometheus and Ray with training")
-    ray: bool = Field(True, description="also a Ray cluster with its dashboard, each rank's training in a Ray actor "
-                      "(with enabled)")
+    enabled: bool = Field(False, description="run the exporter and Prometheus (and the alerting rules) with training")
+    ray: bool = Field(False, description="also a Ray cluster, each rank's training in a Ray actor (with enabled); off "
+                      "by default: the training then waits for Ray's start (seconds)")
+    ray_dashboard: bool = Field(False, description="the Ray head also serves Ray's dashboard (live stacks, actors), on "
+                                "127.0.0.1 of node rank 0; needs ray")
     bind: str = Field("127.0.0.1", description="address Prometheus, the dashboards and a one-node job's exporter "
                       "listen on; with a loopback bind, a job spanning nodes has its exporters listen on each "
                       "node's cluster address, behind the run's scrape token (docs/metrics.md)")
@@ -355,6 +357,12 @@ class Observability(Strict):
         "looked up from the GPU model (MI300X, MI325X, MI355X, H100, H200, B200; docs/metrics.md)")
     alerts: Alerts = Field(default_factory=Alerts)
 
+
+    @model_validator(mode="after")
+    def _dashboard_needs_ray(self) -> Self:
+        if self.ray_dashboard and not self.ray:
+            raise ValueError("ray_dashboard: the Ray dashboard needs Ray (set observability.ray: true)")
+        return self
 
 class Checkpoint(Strict):
     """MaxText checkpoints: what automatic restart and Slurm requeue resume from."""

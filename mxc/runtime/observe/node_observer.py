@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ray_node: RayHead | None = None
     try:  # Ray starts in this thread (its processes die with it); the head while the rest comes up
         if args.head and observer.settings.ray:
-            ray_node = launch_ray(run, args.node, cluster=None)
+            ray_node = launch_ray(run, args.node, cluster=None, dashboard=observer.settings.ray_dashboard)
     except Exception as exc:
         _ray_failed(run, args, observer, exc)
     observer.start_services(run, args.bundle_dir, f"exporter-{args.node}", with_prometheus=args.head)
@@ -100,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ray_ready(run, args.node, args.attempt, ray_node)
             observer.info["ray"] = {"address": ray_node.address, "metrics_port": ray_node.metrics_port,
                                     "process": ray_node.identity.as_record() if ray_node.identity else None,
-                                    "head": args.head}
+                                    "head": args.head,
+                                    **({"dashboard": ray_node.dashboard_url} if ray_node.dashboard_url else {})}
     except Exception as exc:
         _ray_failed(run, args, observer, exc)
     write_json_atomic(status, observer.info)
@@ -124,14 +125,14 @@ def _ray_failed(run: RunDir, args: argparse.Namespace, observer: Observability, 
         write_json_atomic(obs_dir / CLUSTER_FILE.format(attempt=args.attempt), {"error": str(exc)})
 
 
-def launch_ray(run: RunDir, node: str, cluster: dict[str, Any] | None) -> RayHead:
+def launch_ray(run: RunDir, node: str, cluster: dict[str, Any] | None, dashboard: bool = False) -> RayHead:
     """Start this node's part of the job's Ray cluster: the head, or a node joining ``cluster``."""
     temp = scratch.create(run.path)  # unix sockets: a short path, this user's alone (mxc.runtime.scratch)
     # A Ray cluster spanning nodes cannot live on loopback: it listens on the nodes' network address.
     bind = node_address(os.environ.get("MXC_NET_IFACE", ""))
     log = run.path / "ray" / f"{node}.log"
     if cluster is None:
-        ray_node = RayHead(temp_dir=temp, log_path=log, run_dir=run.path, bind=bind, multi_node=True)
+        ray_node = RayHead(temp_dir=temp, log_path=log, run_dir=run.path, bind=bind, multi_node=True, dashboard=dashboard)
     else:
         ray_node = RayHead(temp_dir=temp, log_path=log, run_dir=run.path, bind=bind, join=cluster["address"],
                            token=cluster["token"], multi_node=True)

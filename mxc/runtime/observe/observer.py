@@ -4,10 +4,12 @@
 when the bundle has ``observability.enabled``: it returns the Ray launcher and the
 ``Observability`` observer. The observer
 
-* on start: starts the exporter (``python -m mxc.runtime.observe.exporter``) and Prometheus on the
-  run's TSDB (``<run>/prometheus/data``), writes their file_sd targets, has the launcher
-  bring up Ray in the background (its metrics become a target too), and records URLs,
-  ports and process identities (pid, start time, boot id) in ``record.observability``;
+* on start: starts, in a background thread so the training does not wait for any of it, the
+  exporter (``python -m mxc.runtime.observe.exporter``) and Prometheus on the run's TSDB
+  (``<run>/prometheus/data``), writes their file_sd targets, and records URLs, ports and process
+  identities (pid, start time, boot id) in ``record.observability``; with ``observability.ray``
+  it has the launcher bring up Ray (its metrics become a target too; the training then runs in a
+  Ray actor, so it does wait for Ray);
   every helper carries ``MXC_RUN_DIR`` in its environment, like the training;
 * per attempt: appends to the run's event file (restarts and hangs become annotations; hangs
   are found by the node program's hang watch on every rank, mxc/node/trainer.py);
@@ -29,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -49,12 +52,13 @@ from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
 
 EXPORTER_READY_TIMEOUT = 60.0
+STARTED_KEYS = ("exporter", "prometheus", "alerts")  # what start_services records
 
 
 def extensions(contract: RunContract) -> tuple[RayLauncher | None, list[Observability]]:
     """The Ray launcher (only with ``observability.ray``; without it the supervisor starts the
     training itself) and the observer."""
-    launcher = RayLauncher() if contract.observability.ray else None
+    launcher = RayLauncher(dashboard=contract.observability.ray_dashboard) if contract.observability.ray else None
     return launcher, [Observability(contract.observability, contract.name, launcher)]
 
 
@@ -83,6 +87,9 @@ class Observability:
         self.exporter: subprocess.Popen[bytes] | None = None
         self.prometheus: PrometheusServer | None = None
         self.receiver: AlertReceiver | None = None
+        self.starting: threading.Thread | None = None  # the local run's start-up thread (on_start)
+        self.started = threading.Event()
+        self.finished = threading.Event()
         self.info: dict[str, Any] = {}
         self.errors: list[str] = []
         self.hangs = 0
@@ -100,10 +107,34 @@ class Observability:
             self.launcher.on_ready.append(self._ray_ready)
             self.launcher.prepare(run.path)
         bundle = self._bundle_dir(record)
+        # Every key the start-up thread sets exists already: the supervisor saves the record (this
+        # dict) from its own thread meanwhile, and a dict may have values replaced, never keys added,
+        # while another thread iterates it. Keys left empty are dropped at the end.
         self.info = {"scrape_interval": self.settings.scrape_interval, "events": str(obs_dir / run_events.EVENTS),
-                     "tsdb": str(tsdb_data(run)), "errors": self.errors}
-        self.start_services(run, bundle)
+                     "tsdb": str(tsdb_data(run)), "errors": self.errors, **{key: {} for key in STARTED_KEYS}}
         record.observability = self.info
+        self.starting = threading.Thread(target=self._start_in_background, args=(run, bundle),
+                                         name="mxc-observability", daemon=True)
+        self.starting.start()
+
+    def _start_in_background(self, run: RunDir, bundle: Path | None) -> None:
+        try:
+            self.start_services(run, bundle)
+        finally:
+            self.started.set()
+        # The helpers die with the thread that started them (setpriv --pdeathsig: mxc/runtime/lifetime.py),
+        # so this one lives until on_end has stopped them.
+        self.finished.wait()
+
+    def _wait_started(self) -> None:
+        """Once the training has ended (attempt end, run end): wait until the start-up is done
+        (bounded by each piece's own timeout), then drop what did not start from the record."""
+        if self.starting is None:
+            return
+        self.started.wait()
+        for key in STARTED_KEYS:
+            if self.info.get(key) == {}:
+                del self.info[key]
 
     def on_attempt(self, run: RunDir, record: RunRecord, process: TrainingProcess) -> None:
         number = record.attempts[-1].number if record.attempts else 0
@@ -115,6 +146,7 @@ class Observability:
                 self.errors.append(f"ray: {self.info['ray']['error']}")
 
     def on_attempt_end(self, run: RunDir, record: RunRecord, exit_code: int) -> None:
+        self._wait_started()  # before the supervisor's final save of the record
         number = record.attempts[-1].number if record.attempts else 0
         attempt = record.attempts[-1] if record.attempts else None
         if attempt is not None and (attempt.model_extra or {}).get("hung"):  # the supervisor read the rank's hang event
@@ -126,10 +158,14 @@ class Observability:
 
     def on_end(self, run: RunDir, record: RunRecord) -> None:
         ended = time.time()
+        self._wait_started()
         run_events.append(observability_dir(run) / run_events.EVENTS, "run_end", status=record.status)
-        if self.prometheus is not None and self.exporter is not None:
-            self.wait_for_scrape_after(ended)
-        self.stop()
+        try:
+            if self.prometheus is not None and self.exporter is not None:
+                self.wait_for_scrape_after(ended)
+            self.stop()
+        finally:
+            self.finished.set()
         summary = {**self.info, "ended": ended, "status": record.status}
         with contextlib.suppress(OSError):
             write_json_atomic(observability_dir(run) / "summary.json", summary)
@@ -205,15 +241,16 @@ class Observability:
         # Bound to every interface (multi-node Slurm): Prometheus on another node reaches it by name.
         host = self.node if info["bind"] in ("0.0.0.0", "::") else info["bind"]
         address = f"{host}:{info['port']}"
-        self.info["exporter"].update({"url": f"http://{address}/metrics", "port": info["port"], "bind": info["bind"],
-                                      "plugins": info.get("plugins", {})})
+        exporter = {**self.info["exporter"], "url": f"http://{address}/metrics", "port": info["port"],
+                    "bind": info["bind"], "plugins": info.get("plugins", {})}
         write_targets(prometheus_dir(run) / "targets", f"exporter-{self.node}", [address],
                       {"run": run.run_id, "node": self.node})
         site = info.get("site_exporters") or {}
         if isinstance(site, dict) and site:  # node_exporter, dcgm-exporter: scraped where Prometheus reaches this node
-            self.info["exporter"]["site_exporters"] = site
+            exporter["site_exporters"] = site
             site_exporters.write_site_targets(prometheus_dir(run) / "targets", self.node, host, site,
                                               {"run": run.run_id, "node": self.node})
+        self.info["exporter"] = exporter  # one assignment (see on_start)
 
     def _start_prometheus(self, run: RunDir, bundle: Path | None) -> None:
         home = prometheus_dir(run)
