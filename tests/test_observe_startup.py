@@ -87,6 +87,12 @@ def test_training_starts_while_prometheus_is_still_starting(tmp_path: Path) -> N
         wait_for("the training's start", lambda: (run.path / "standin.attempt-0.rank-0").exists())
         assert (gate / "started").exists() and not (gate / "stopped").exists(), \
             "the training started only after the run's Prometheus had been given up"
+        # Both helpers yield the CPU to the training (their start-up would slow its on a busy node).
+        wait_for("the exporter's start", lambda: observer.exporter is not None)
+        assert observer.exporter is not None
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        for pid in (observer.exporter.pid, int((gate / "started").read_text())):
+            assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, ours + 10)
         (gate / "release").touch()  # this Prometheus now exits without ever being ready
         supervisor.join(WAIT_S)
         assert not supervisor.is_alive()

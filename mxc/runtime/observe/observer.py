@@ -45,7 +45,7 @@ from mxc.runtime.lifetime import tied_to_caller
 from mxc.runtime.observe import alert_notify, run_events, scrape_token, site_exporters
 from mxc.runtime.observe.alert_receiver import FILE as ALERTS_FILE
 from mxc.runtime.observe.alert_receiver import AlertLog, AlertReceiver
-from mxc.runtime.observe.prometheus import PrometheusServer, write_targets
+from mxc.runtime.observe.prometheus import PrometheusServer, lower_priority, write_targets
 from mxc.runtime.observe.ray_launcher import RayHead, RayLauncher
 from mxc.runtime.procfs import ProcessId
 from mxc.runtime.record import RunRecord
@@ -53,6 +53,7 @@ from mxc.runtime.rundir import RunDir
 
 EXPORTER_READY_TIMEOUT = 60.0
 STARTED_KEYS = ("exporter", "prometheus", "alerts")  # what start_services records
+HELPER_NICE = 10  # exporter and Prometheus yield the CPU to the training (benchmarks/observe_overhead.py)
 
 
 def extensions(contract: RunContract) -> tuple[RayLauncher | None, list[Observability]]:
@@ -224,6 +225,7 @@ class Observability:
         with open(log_path, "ab") as log:
             self.exporter = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, start_new_session=True, env=_marked(run))
+        lower_priority(self.exporter.pid, HELPER_NICE)
         self.info["exporter"] = {**_identity(self.exporter.pid), "log": str(log_path)}
 
     def _exporter_target(self, run: RunDir, ready: Path) -> None:
@@ -266,7 +268,7 @@ class Observability:
             self._start_alert_receiver(run, bundle)
         self.prometheus = PrometheusServer.start(config, tsdb_data(run), self.settings.bind,
                                                  self.settings.prometheus_port, home / "prometheus.log",
-                                                 env=_marked(run))
+                                                 env=_marked(run), nice=HELPER_NICE)
         self.info["prometheus"] = {"url": self.prometheus.url, "port": self.prometheus.port,
                                    **_identity(self.prometheus.process.pid), "config": str(config),
                                    "log": str(home / "prometheus.log")}
