@@ -5,11 +5,13 @@
 
      bare:      python -m maxtext.trainers.pre_train.train <the bundle's MaxText arguments>
      observed:  python -m mxc run <bundle with observability.enabled=true, scrape_interval=1s>
-                (Ray head + actor, exporter with host/gpu/tensorboard plugins, Prometheus TSDB)
+                (exporter with its default plugins, Prometheus TSDB and its alerting rules, started
+                beside the training; with --ray also observability.ray=true: Ray head + actor)
 
    steps/s from the timestamps MaxText prints (after the two compilation steps); time to first
    step from child start to "completed step: 0" in the log (benchmarks/run_overhead.py's
-   method, reused). Targets (issue 6): ratio >= 0.99, time-to-first-step overhead <= 5 s.
+   method, reused). Targets: ratio >= 0.99, time-to-first-step overhead <= 1 s (issue 16; with
+   --ray the training waits for the Ray head, seconds: issue 6 allowed 5 s).
 
 2. Scrape cost: a real exporter process over a metrics file of 10^3 and of 10^6 logged steps
    (MaxText's own line format); after the first scrape has read the backlog, 10 new steps are
@@ -49,11 +51,11 @@ LINE = {"learning/grad_norm": 1.0000001192092896, "learning/indexer_loss": 0.0, 
         "run_name": "20260101-000000-abcd-12345678"}
 
 
-def build(home: Path, steps: int, observed: bool) -> tuple[str, dict[str, object]]:
+def build(home: Path, steps: int, observed: bool, ray: bool = False) -> tuple[str, dict[str, object]]:
     sets = [f"model.overrides.steps={steps}", f"model.overrides.learning_rate_schedule_steps={steps}",
             "checkpoint.period=0", "runtime.preflight.stale_processes=false"]
     if observed:
-        sets += ["observability.enabled=true", "observability.scrape_interval=1"]
+        sets += ["observability.enabled=true", "observability.scrape_interval=1", f"observability.ray={str(ray).lower()}"]
     args = [sys.executable, "-m", "mxc", "build", str(REPO / "specs/tiny.yaml"), "-q"]
     for s in sets:
         args += ["--set", s]
@@ -67,8 +69,8 @@ def training(opts: argparse.Namespace, work: Path) -> dict[str, float]:
     cache = home / "cache" / "jax"
     env = {**os.environ, "MXC_HOME": str(home), "JAX_PLATFORMS": "cpu"}
     _, spec = build(home, opts.steps, observed=False)
-    observed_digest, _ = build(home, opts.steps, observed=True)
-    print(f"tiny model, {opts.steps} steps, {opts.repeats} repeat(s)", file=sys.stderr)
+    observed_digest, _ = build(home, opts.steps, observed=True, ray=opts.ray)
+    print(f"tiny model, {opts.steps} steps, {opts.repeats} repeat(s){', with Ray' if opts.ray else ''}", file=sys.stderr)
     run_overhead.run_bare(work, spec, cache, 0, env)  # warm the compilation cache
     bare, full = [], []
     for n in range(1, opts.repeats + 1):
@@ -83,8 +85,9 @@ def training(opts: argparse.Namespace, work: Path) -> dict[str, float]:
     min_overhead = min(f[0] for f in full) - min(b[0] for b in bare)
     print(f"steps/s ratio (full observability / bare MaxText): median {ratio:.3f}, best {best:.3f}   (target >= 0.99)")
     print(f"time to first step: bare {bare_first:.2f}s, observed {full_first:.2f}s (medians): overhead "
-          f"{full_first - bare_first:+.2f}s median, {min_overhead:+.2f}s min-to-min   (target <= 5 s)")
-    return {"steps": opts.steps, "repeats": opts.repeats, "steps_per_s_ratio": round(ratio, 4),
+          f"{full_first - bare_first:+.2f}s median, {min_overhead:+.2f}s min-to-min   "
+          f"(target <= {'5' if opts.ray else '1'} s)")
+    return {"steps": opts.steps, "repeats": opts.repeats, "ray": opts.ray, "steps_per_s_ratio": round(ratio, 4),
             "steps_per_s_ratio_best": round(best, 4), "time_to_first_step_bare_s": round(bare_first, 3),
             "time_to_first_step_observed_s": round(full_first, 3),
             "time_to_first_step_overhead_s": round(full_first - bare_first, 3),
@@ -170,6 +173,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--skip-scrape", action="store_true")
+    parser.add_argument("--ray", action="store_true", help="observe with Ray too (observability.ray=true)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     opts = parser.parse_args()
     result: dict[str, object] = {}

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mxc.runtime.observe import scrape_token
 from mxc.runtime.observe.prometheus import PrometheusServer, promtool_check, write_targets
 from mxc.runtime.observe.tsdb import last_values, open_tsdb, range_series
 from mxc.runtime.record import RunRecord
@@ -150,10 +151,15 @@ def test_bundle_prometheus_config_passes_promtool(mxc: Mxc, mxc_home: Path, tmp_
     bundle = mxc_home / "bundles" / out.stdout.strip()
     config = tmp_path / "prometheus.yml"
     config.write_text((bundle / "prometheus.yml").read_text())
+    (tmp_path / "alerts.rules.yml").write_text((bundle / "alerts.rules.yml").read_text())  # as the run copies it
     write_targets(tmp_path / "targets", "exporter-node1", ["127.0.0.1:9400"], {"run": "r", "node": "node1"})
     write_targets(tmp_path / "targets", "ray-node1", ["127.0.0.1:9401"], {"run": "r", "node": "node1"})
     write_targets(tmp_path / "targets", "site-node1-node_exporter", ["127.0.0.1:9100"],
                   {"run": "r", "node": "node1", "exporter": "node_exporter"})
+    missing_token = promtool_check(config)  # the run makes the scrape token before Prometheus starts
+    assert missing_token.returncode != 0 and "scrape-token" in missing_token.stdout + missing_token.stderr
+    scrape_token.ensure(tmp_path / "scrape-token")
+    assert (tmp_path / "scrape-token").stat().st_mode & 0o777 == 0o600
     checked = promtool_check(config)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS" in checked.stdout + checked.stderr
@@ -235,6 +241,7 @@ record = RunRecord(run_id=run.run_id, bundle="0" * 64, spec_name="t", backend="l
 observer = Observability(Settings(enabled=True, bind="127.0.0.1", exporter_port=19400, prometheus_port=19190,
                                   tensorboard_port=6006, scrape_interval=1, plugins=["host"]), "t")
 observer.on_start(run, record)
+observer.started.wait()  # the start-up runs beside the training, in the background
 print(json.dumps(record.observability), flush=True)
 time.sleep(600)
 '''

@@ -16,6 +16,7 @@ import pytest
 
 from mxc.runtime.observe.ray_launcher import RayLauncher
 from mxc.runtime.procfs import pid_alive, session_processes
+from tests.conftest import REPO, Mxc
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +79,53 @@ def test_ray_metrics_endpoint_is_on_loopback(launcher: RayLauncher) -> None:
             pass
         assert time.monotonic() < deadline, "Ray never served its metrics"
         time.sleep(0.5)
+
+
+def test_the_ray_dashboard_is_off_unless_asked_and_then_on_loopback(launcher: RayLauncher, tmp_path: Path,
+                                                                     mxc: Mxc) -> None:
+    """The default head serves no dashboard (no authentication of its own); observability.ray_dashboard
+    starts it, on 127.0.0.1 only, and names it in the record; asking for it without Ray is one line."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from mxc.runtime import scratch
+    from mxc.runtime.observe.ray_launcher import RayHead
+
+    assert launcher.head is not None and "dashboard" not in launcher.describe()
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", launcher.head.ports["dashboard"])) != 0  # nothing listens there
+    head = RayHead(temp_dir=scratch.create(tmp_path), log_path=tmp_path / "ray" / "head.log", run_dir=tmp_path,
+                   dashboard=True)
+    head.start()
+    try:
+        assert head.dashboard_url == f"http://127.0.0.1:{head.ports['dashboard']}"
+        token_file = tmp_path / "observability" / "ray-dashboard-token"
+        assert token_file.stat().st_mode & 0o777 == 0o600 and token_file.read_text().strip() == head.token
+        version = urllib.request.Request(f"{head.dashboard_url}/api/version",
+                                         headers={"Authorization": f"Bearer {head.token}"})
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(version, timeout=5) as resp:
+                    if b"ray_version" in resp.read():
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the Ray dashboard never answered"
+            time.sleep(0.5)
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the run's token or nothing
+            urllib.request.urlopen(f"{head.dashboard_url}/api/version", timeout=10)
+        assert refused.value.code == 401
+    finally:
+        head.stop()
+        scratch.remove(head.temp_dir)
+    assert not token_file.exists()
+    out = mxc("build", str(REPO / "specs/tiny.yaml"), "--set", "observability.enabled=true",
+              "--set", "observability.ray_dashboard=true")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.splitlines()[0] == ("--set: observability.ray_dashboard: the Ray dashboard needs Ray "
+                                          "(set observability.ray: true)")
 
 
 def test_without_ray_the_training_still_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

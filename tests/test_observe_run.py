@@ -36,6 +36,7 @@ pytestmark = pytest.mark.training
 STEPS = 30
 BUILD_SETS = (
     "observability.enabled=true",
+    "observability.ray=true",  # off by default: this run covers Ray too
     "observability.scrape_interval=1",
     "model.overrides.per_device_batch_size=32",
     "checkpoint.period=5",
@@ -109,7 +110,8 @@ def test_the_run_trained_restarted_and_recorded_its_observability(run: Path) -> 
     assert ray["address"].startswith("127.0.0.1:") and ray["metrics_port"] > 0
     assert len(set(ray["ports"].values())) == len(ray["ports"])  # every Ray server on its own picked port
     targets = sorted(p.name for p in (run / "prometheus/targets").iterdir())
-    assert targets == [f"exporter-{os.uname().nodename}.json", f"ray-{os.uname().nodename}.json"]
+    node = os.uname().nodename
+    assert targets == [f"alert-receiver-{node}.json", f"exporter-{node}.json", f"ray-{node}.json"]
     # Every process of the run has exited: exporter, Prometheus, the Ray head and all of its session.
     # Recorded as identities (pid, start time, boot id), not bare pids.
     helpers = [ProcessId.from_record(obs["exporter"]), ProcessId.from_record(obs["prometheus"]),

@@ -143,7 +143,8 @@ def test_observability_on_two_nodes(mxc: Mxc, mxc_home: Path, slurm_cluster: Slu
     """Each node serves its exporter, node rank 0 runs Prometheus on the run's TSDB, and after the
     job the TSDB answers like a local run's: the loss of every rank, host series of both nodes."""
     bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
-        "observability.enabled": "true", "observability.scrape_interval": 1, "checkpoint.period": 0,
+        "observability.enabled": "true", "observability.ray": "true", "observability.scrape_interval": 1,
+        "checkpoint.period": 0,
     }))
     run_id = submit(mxc, bundle)
     run = run_dir(mxc_home, run_id)
@@ -153,7 +154,10 @@ def test_observability_on_two_nodes(mxc: Mxc, mxc_home: Path, slurm_cluster: Slu
     obs = final.observability or {}
     assert sorted(obs["nodes"]) == ["node1", "node2"] and obs["errors"] == []
     assert obs["prometheus"]["url"].startswith("http://127.0.0.1:") and "prometheus" not in obs["nodes"]["node2"]
-    assert all(n["exporter"]["bind"] == "127.0.0.1" and "ended" in n for n in obs["nodes"].values())
+    # A job spanning nodes: each exporter on the node's cluster address (both emulated nodes are this
+    # machine here; tests/test_observe_multinode.py has them on distinct addresses), behind the token.
+    assert all(n["exporter"]["bind"] != "127.0.0.1" and "ended" in n for n in obs["nodes"].values())
+    assert (run.tsdb / "scrape-token").stat().st_mode & 0o777 == 0o600
     # One Ray cluster for the job: the head on node1, node2 joined it; each rank trained in an actor.
     assert obs["nodes"]["node1"]["ray"]["head"] and not obs["nodes"]["node2"]["ray"]["head"]
     assert obs["nodes"]["node2"]["ray"]["address"] == obs["nodes"]["node1"]["ray"]["address"]
@@ -162,7 +166,8 @@ def test_observability_on_two_nodes(mxc: Mxc, mxc_home: Path, slurm_cluster: Slu
         assert re.search(rf"\[mxc {node} rank {rank}\] training pid \d+ in Ray actor on node", log), log[-3000:]
     assert not list(run.path.glob("observability/ray-cluster*")), "the run's Ray token is removed with the cluster"
     targets = sorted(p.name for p in (run.tsdb / "targets").iterdir())
-    assert targets == ["exporter-node1.json", "exporter-node2.json", "ray-node1.json", "ray-node2.json"]
+    assert targets == ["alert-receiver-node1.json", "exporter-node1.json", "exporter-node2.json", "ray-node1.json",
+                       "ray-node2.json"]
     assert processes_of(run) == [], "no exporter, Prometheus or Ray process outlives the job"
 
     def series(expr: str) -> list[dict[str, Any]]:
@@ -197,7 +202,8 @@ def test_a_hung_rank_is_detected_killed_and_the_job_requeued(mxc: Mxc, mxc_home:
     requeues and the restart resumes and completes."""
     gate = PauseGate(tmp_path, {0: 7})
     bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
-        "observability.enabled": "true", "observability.scrape_interval": 1, "runtime.hang.step_timeout": 10,
+        "observability.enabled": "true", "observability.ray": "true", "observability.scrape_interval": 1,
+        "runtime.hang.step_timeout": 10,
         "checkpoint.period": 5, "restart.max": 1,
     }))
     run_id = submit(mxc, bundle, env=gate.env())

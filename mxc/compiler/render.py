@@ -13,6 +13,7 @@ from typing import Any
 
 import jinja2
 
+from mxc.compiler.alert_rules import ALERT_RULES, render_rules
 from mxc.compiler.contract_build import build_contract
 from mxc.compiler.precompiled import PrecompiledLoader
 from mxc.compiler.schema import JobSpec
@@ -90,6 +91,8 @@ def render(spec: JobSpec, spec_json: str, extra_files: dict[str, str] | None = N
     }
     if spec.observability.enabled:
         files["prometheus.yml"] = _ENV.get_template("prometheus.yml.j2").render(context)
+        if spec.observability.alerts.enabled:
+            files[ALERT_RULES] = render_rules(spec.observability)
         files["exporter.json"] = canonical_json(
             {
                 "bind": spec.observability.bind,

@@ -516,11 +516,36 @@ class Runtime(Strict):
         return data
 
 
+class Alerts(Strict):
+    """Prometheus alerting rules shipped in the bundle (alerts.rules.yml), evaluated by the run's Prometheus;
+    a firing alert is kept in <run>/observability/alerts.jsonl and sent to the notify webhook (docs/alerts.md)."""
+
+    enabled: bool = Field(True, description="ship the rules (with observability.enabled)")
+    notify: bool = Field(True, description="send each firing alert (and its resolution) through the spec's notify "
+                         "webhook, when the spec has one")
+    stall_after: int = Field(600, ge=1, le=604800, description="MxcTrainingStalled: seconds without a new training "
+                             "step, once steps were logged (keep it below runtime.hang.step_timeout to hear of a "
+                             "stall before the hang watch ends it)")
+    step_time_ratio: float = Field(1.5, gt=1, le=1000, description="MxcStepTimeRegression: step time above this many "
+                                   "times the run's own median step time (last 6 h), for a minute")
+    throttle_ratio: float = Field(0.1, gt=0, le=1, description="MxcGpuThermalThrottling: fraction of the last two "
+                                  "minutes a GPU's clocks were held down for heat")
+    rdma_retries_per_second: float = Field(1.0, gt=0, le=1e9, description="MxcRdmaRetryBurst: RDMA ACK timeouts, "
+                                           "retransmitted packets and sequence-error NAKs per second on one port, "
+                                           "for a minute")
+
+
 class Observability(Strict):
     """Metrics and TensorBoard (hangs: runtime.hang). Dashboards bind to loopback unless told otherwise."""
 
-    enabled: bool = Field(False, description="run the exporter, Prometheus and Ray with training")
-    bind: str = Field("127.0.0.1", description="address the exporter and dashboards listen on")
+    enabled: bool = Field(False, description="run the exporter and Prometheus (and the alerting rules) with training")
+    ray: bool = Field(False, description="also a Ray cluster, each rank's training in a Ray actor (with enabled); off "
+                      "by default: the training then waits for Ray's start (seconds)")
+    ray_dashboard: bool = Field(False, description="the Ray head also serves Ray's dashboard (live stacks, actors), on "
+                                "127.0.0.1 of node rank 0; needs ray")
+    bind: str = Field("127.0.0.1", description="address Prometheus, the dashboards and a one-node job's exporter "
+                      "listen on; with a loopback bind, a job spanning nodes has its exporters listen on each "
+                      "node's cluster address, behind the run's scrape token (docs/metrics.md)")
     exporter_port: Port = Field(9400, description="first port tried for the exporter (a free one is picked)")
     prometheus_port: Port = Field(9190, description="first port tried for Prometheus")
     tensorboard_port: Port = Field(6006, description="first port tried for TensorBoard")
@@ -531,7 +556,14 @@ class Observability(Strict):
     peak_tflops: float | None = Field(
         None, gt=0, le=1e6, description="the GPU's dense BF16 peak TFLOP/s for MFU (mxc_train_mfu_ratio); default: "
         "looked up from the GPU model (MI300X, MI325X, MI355X, H100, H200, B200; docs/metrics.md)")
+    alerts: Alerts = Field(default_factory=Alerts)
 
+
+    @model_validator(mode="after")
+    def _dashboard_needs_ray(self) -> Self:
+        if self.ray_dashboard and not self.ray:
+            raise ValueError("ray_dashboard: the Ray dashboard needs Ray (set observability.ray: true)")
+        return self
 
 class Checkpoint(Strict):
     """MaxText checkpoints: what automatic restart and Slurm requeue resume from."""

@@ -152,6 +152,9 @@ class Observability:
     tensorboard_port: int
     scrape_interval: int
     plugins: list[str]
+    ray: bool = True  # a Ray cluster, each rank training in a Ray actor; True for a run.json from before the field
+    ray_dashboard: bool = False  # the Ray head also serves its dashboard, on 127.0.0.1
+    alerts: bool = False  # the bundle has alerts.rules.yml: whoever runs Prometheus also runs the alert receiver
     __pydantic_config__ = STRICT
 
 

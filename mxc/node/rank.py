@@ -325,7 +325,7 @@ class Rank:
             self.log(f"cannot write the launch files: {exc}")
             return self.exit("train", 1, policy.STAGE_FAILED, f"cannot write the launch files: {exc}")
         observer = self._start_observer(contract, node_env)
-        if observer is not None:
+        if observer is not None and contract.observability.ray:
             launcher = [env["MXC_AGENT_PYTHON"], "-m", "mxc.runtime.observe.ray_node_launch", "--run-dir", str(self.run),
                         "--node", self.node, "--rank", str(self.rank), "--attempt", str(self.attempt), "--", *launcher]
         target = [contract.train.script] if contract.train.script else ["-m", contract.train.module]

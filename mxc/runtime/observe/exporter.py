@@ -1,12 +1,14 @@
-"""The per-node metrics exporter: prometheus-client serving plugin metrics on loopback.
+"""The per-node metrics exporter: prometheus-client serving plugin metrics.
 
 Run as ``python -m mxc.runtime.observe.exporter --config <bundle>/exporter.json --run-dir RUN``.
-It binds ``bind`` (127.0.0.1 unless the spec says otherwise) on the first free port from
+It binds ``--bind`` (else the config's ``bind``, 127.0.0.1 unless the spec says otherwise; the
+node observer of a job spanning nodes passes the node's cluster address) on the first free port from
 the configured one upward, trying the bind itself (no check-then-bind race), and writes a
 ready file (JSON: pid, bind, port, plugin states, the site's own exporters found on this node:
 ``site_exporters.py``) atomically once it serves, which is how the run learns the port.
-SIGTERM/SIGINT stop it cleanly. It never imports jax, ray or maxtext, so it starts in a
-fraction of a second.
+With ``--token-file`` it answers only requests bearing the run's scrape token
+(``metrics_server.py``; the run's observers pass it). SIGTERM/SIGINT stop it cleanly. It
+never imports jax, ray or maxtext, so it starts in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from mxc.fsutil import mxc_home, write_json_atomic
 from mxc.plugins.api import PluginContext
-from mxc.runtime.observe import site_exporters
+from mxc.runtime.observe import metrics_server, scrape_token, site_exporters
 from mxc.runtime.observe.plugin_host import PluginHost
 from mxc.runtime.observe.run_events import EVENTS, RunEventsCollector
 
@@ -35,13 +37,13 @@ log = logging.getLogger("mxc.exporter")
 PORT_TRIES = 200
 
 
-def serve(registry: CollectorRegistry, bind: str, first_port: int, tries: int = PORT_TRIES) -> tuple[Any, int]:
+def serve(registry: CollectorRegistry, bind: str, first_port: int, tries: int = PORT_TRIES,
+          token: str | None = None) -> tuple[Any, int]:
     """Start the HTTP server on the first port that binds; returns (server, port)."""
     last: OSError | None = None
     for port in range(first_port, min(first_port + tries, 65536)):
         try:
-            server, _thread = start_http_server(port, addr=bind, registry=registry)
-            return server, port
+            return metrics_server.start(registry, bind, port, token), port
         except OSError as exc:
             last = exc
     raise OSError(f"no free port in {first_port}..{first_port + tries - 1} on {bind}: {last}")
@@ -77,6 +79,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rank", type=int, action="append", help="training rank(s) on this node (default: all found)")
     p.add_argument("--tensorboard-dir", type=Path, help="TensorBoard event files, when there is no metrics file")
     p.add_argument("--ready-file", type=Path, help="write {pid, bind, port, plugins} here once serving")
+    p.add_argument("--token-file", type=Path, help="answer only requests with this bearer token (the run's scrape "
+                   "token, <run>/prometheus/scrape-token); made (mode 0600) if missing")
     return p.parse_args(argv)
 
 
@@ -94,11 +98,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("exporters the site runs here: %s", ", ".join(f"{n} on port {p}" for n, p in sorted(site.items())))
     registry, host = build_registry(config, args.run_dir, plugin_dirs, tuple(args.rank) if args.rank else None,
                                     args.tensorboard_dir, site)
-    server, port = serve(registry, bind, first_port)
-    log.info("serving http://%s:%d/metrics (pid %d)", bind, port, os.getpid())
+    token = scrape_token.ensure(args.token_file) if args.token_file else None
+    server, port = serve(registry, bind, first_port, token=token)
+    log.info("serving http://%s:%d/metrics (pid %d%s)", bind, port, os.getpid(),
+             ", the run's scrape token required" if token else "")
     if args.ready_file:
         write_json_atomic(args.ready_file, {"pid": os.getpid(), "bind": bind, "port": port, "plugins": host.status(),
-                                            "site_exporters": site})
+                                            "site_exporters": site, "token": token is not None})
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -6,7 +6,9 @@ this module in the background before training (the batch side sets ``MXC_OBSERVE
 the bundle has observability on) and sends it SIGTERM when training ends:
 
 * every node serves its exporter (this rank's metrics file, host and GPU plugins) and writes
-  its file_sd target into ``<run>/prometheus/targets/exporter-<node>.json``;
+  its file_sd target into ``<run>/prometheus/targets/exporter-<node>.json``; when the job spans
+  nodes it listens on the node's cluster address (``exporter_bind``), behind the run's scrape
+  token, so Prometheus on node rank 0 scrapes every node by default;
 * the nodes form the job's Ray cluster: the head on node rank 0 (its address and the run's
   token in ``observability/ray-cluster.json``, mode 0600, removed at the end), every other
   node joins it; each node's Ray metrics become a Prometheus target, and the rank
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import ipaddress
 import json
 import os
 import signal
@@ -34,7 +37,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     observer = Observability(contract.observability, contract.name, bundle_dir=args.bundle_dir)
     observer.node = args.node
     observer.exporter_args = ["--rank", str(args.rank)]
+    bind = exporter_bind(contract.observability.bind, contract.nodes,
+                         lambda: node_address(os.environ.get("MXC_NET_IFACE", "")))
+    if bind != contract.observability.bind:
+        observer.exporter_args += ["--bind", bind]
     obs_dir = observability_dir(run)
     obs_dir.mkdir(parents=True, exist_ok=True)
     status = obs_dir / NODE_STATUS.format(node=args.node)
@@ -79,13 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "errors": observer.errors}
     ray_node: RayHead | None = None
     try:  # Ray starts in this thread (its processes die with it); the head while the rest comes up
-        if args.head:
-            ray_node = launch_ray(run, args.node, cluster=None)
+        if args.head and observer.settings.ray:
+            ray_node = launch_ray(run, args.node, cluster=None, dashboard=observer.settings.ray_dashboard)
     except Exception as exc:
         _ray_failed(run, args, observer, exc)
     observer.start_services(run, args.bundle_dir, f"exporter-{args.node}", with_prometheus=args.head)
     try:
-        if not args.head:
+        if not args.head and observer.settings.ray:
             cluster = _wait_json(observability_dir(run) / CLUSTER_FILE.format(attempt=args.attempt), HEAD_TIMEOUT,
                                  "the Ray head of node rank 0")
             ray_node = launch_ray(run, args.node, cluster)
@@ -93,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ray_ready(run, args.node, args.attempt, ray_node)
             observer.info["ray"] = {"address": ray_node.address, "metrics_port": ray_node.metrics_port,
                                     "process": ray_node.identity.as_record() if ray_node.identity else None,
-                                    "head": args.head}
+                                    "head": args.head,
+                                    **({"dashboard": ray_node.dashboard_url} if ray_node.dashboard_url else {})}
     except Exception as exc:
         _ray_failed(run, args, observer, exc)
     write_json_atomic(status, observer.info)
@@ -117,19 +125,38 @@ def _ray_failed(run: RunDir, args: argparse.Namespace, observer: Observability, 
         write_json_atomic(obs_dir / CLUSTER_FILE.format(attempt=args.attempt), {"error": str(exc)})
 
 
-def launch_ray(run: RunDir, node: str, cluster: dict[str, Any] | None) -> RayHead:
+def launch_ray(run: RunDir, node: str, cluster: dict[str, Any] | None, dashboard: bool = False) -> RayHead:
     """Start this node's part of the job's Ray cluster: the head, or a node joining ``cluster``."""
     temp = scratch.create(run.path)  # unix sockets: a short path, this user's alone (mxc.runtime.scratch)
     # A Ray cluster spanning nodes cannot live on loopback: it listens on the nodes' network address.
     bind = node_address(os.environ.get("MXC_NET_IFACE", ""))
     log = run.path / "ray" / f"{node}.log"
     if cluster is None:
-        ray_node = RayHead(temp_dir=temp, log_path=log, run_dir=run.path, bind=bind, multi_node=True)
+        ray_node = RayHead(temp_dir=temp, log_path=log, run_dir=run.path, bind=bind, multi_node=True, dashboard=dashboard)
     else:
         ray_node = RayHead(temp_dir=temp, log_path=log, run_dir=run.path, bind=bind, join=cluster["address"],
                            token=cluster["token"], multi_node=True)
     ray_node.launch()
     return ray_node
+
+
+def exporter_bind(bind: str, nodes: int, cluster_address: Callable[[], str]) -> str:
+    """Where this node's exporter listens: ``observability.bind``, except that a job spanning nodes
+    with a loopback ``bind`` (the default) listens on the node's cluster address, so the run's
+    Prometheus on node rank 0 reaches every node (it, and the dashboards, stay on loopback). The
+    exporter then answers only with the run's scrape token (``metrics_server.py``)."""
+    if nodes > 1 and _is_loopback(bind):
+        return cluster_address()
+    return bind
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def node_address(interface: str) -> str:

@@ -4,10 +4,12 @@
 when the bundle has ``observability.enabled``: it returns the Ray launcher and the
 ``Observability`` observer. The observer
 
-* on start: starts the exporter (``python -m mxc.runtime.observe.exporter``) and Prometheus on the
-  run's TSDB (``<run>/prometheus/data``), writes their file_sd targets, has the launcher
-  bring up Ray in the background (its metrics become a target too), and records URLs,
-  ports and process identities (pid, start time, boot id) in ``record.observability``;
+* on start: starts, in a background thread so the training does not wait for any of it, the
+  exporter (``python -m mxc.runtime.observe.exporter``) and Prometheus on the run's TSDB
+  (``<run>/prometheus/data``), writes their file_sd targets, and records URLs, ports and process
+  identities (pid, start time, boot id) in ``record.observability``; with ``observability.ray``
+  it has the launcher bring up Ray (its metrics become a target too; the training then runs in a
+  Ray actor, so it does wait for Ray);
   every helper carries ``MXC_RUN_DIR`` in its environment, like the training;
 * per attempt: appends to the run's event file (restarts and hangs become annotations; hangs
   are found by the node program's hang watch on every rank, mxc/node/trainer.py);
@@ -29,27 +31,35 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from mxc.fsutil import write_json_atomic
+from mxc.compiler.alert_rules import ALERT_RULES
+from mxc.fsutil import read_json, write_json_atomic
 from mxc.node.contract import Observability as ObservabilitySettings
 from mxc.node.contract import RunContract
 from mxc.runtime.hooks import TrainingProcess
 from mxc.runtime.lifetime import tied_to_caller
-from mxc.runtime.observe import run_events, site_exporters
-from mxc.runtime.observe.prometheus import PrometheusServer, write_targets
+from mxc.runtime.observe import alert_notify, run_events, scrape_token, site_exporters
+from mxc.runtime.observe.alert_receiver import FILE as ALERTS_FILE
+from mxc.runtime.observe.alert_receiver import AlertLog, AlertReceiver
+from mxc.runtime.observe.prometheus import PrometheusServer, lower_priority, write_targets
 from mxc.runtime.observe.ray_launcher import RayHead, RayLauncher
 from mxc.runtime.procfs import ProcessId
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
 
 EXPORTER_READY_TIMEOUT = 60.0
+STARTED_KEYS = ("exporter", "prometheus", "alerts")  # what start_services records
+HELPER_NICE = 10  # exporter and Prometheus yield the CPU to the training (benchmarks/observe_overhead.py)
 
 
-def extensions(contract: RunContract) -> tuple[RayLauncher, list[Observability]]:
-    launcher = RayLauncher()
+def extensions(contract: RunContract) -> tuple[RayLauncher | None, list[Observability]]:
+    """The Ray launcher (only with ``observability.ray``; without it the supervisor starts the
+    training itself) and the observer."""
+    launcher = RayLauncher(dashboard=contract.observability.ray_dashboard) if contract.observability.ray else None
     return launcher, [Observability(contract.observability, contract.name, launcher)]
 
 
@@ -77,6 +87,10 @@ class Observability:
         self.node = socket.gethostname()
         self.exporter: subprocess.Popen[bytes] | None = None
         self.prometheus: PrometheusServer | None = None
+        self.receiver: AlertReceiver | None = None
+        self.starting: threading.Thread | None = None  # the local run's start-up thread (on_start)
+        self.started = threading.Event()
+        self.finished = threading.Event()
         self.info: dict[str, Any] = {}
         self.errors: list[str] = []
         self.hangs = 0
@@ -94,10 +108,34 @@ class Observability:
             self.launcher.on_ready.append(self._ray_ready)
             self.launcher.prepare(run.path)
         bundle = self._bundle_dir(record)
+        # Every key the start-up thread sets exists already: the supervisor saves the record (this
+        # dict) from its own thread meanwhile, and a dict may have values replaced, never keys added,
+        # while another thread iterates it. Keys left empty are dropped at the end.
         self.info = {"scrape_interval": self.settings.scrape_interval, "events": str(obs_dir / run_events.EVENTS),
-                     "tsdb": str(tsdb_data(run)), "errors": self.errors}
-        self.start_services(run, bundle)
+                     "tsdb": str(tsdb_data(run)), "errors": self.errors, **{key: {} for key in STARTED_KEYS}}
         record.observability = self.info
+        self.starting = threading.Thread(target=self._start_in_background, args=(run, bundle),
+                                         name="mxc-observability", daemon=True)
+        self.starting.start()
+
+    def _start_in_background(self, run: RunDir, bundle: Path | None) -> None:
+        try:
+            self.start_services(run, bundle)
+        finally:
+            self.started.set()
+        # The helpers die with the thread that started them (setpriv --pdeathsig: mxc/runtime/lifetime.py),
+        # so this one lives until on_end has stopped them.
+        self.finished.wait()
+
+    def _wait_started(self) -> None:
+        """Once the training has ended (attempt end, run end): wait until the start-up is done
+        (bounded by each piece's own timeout), then drop what did not start from the record."""
+        if self.starting is None:
+            return
+        self.started.wait()
+        for key in STARTED_KEYS:
+            if self.info.get(key) == {}:
+                del self.info[key]
 
     def on_attempt(self, run: RunDir, record: RunRecord, process: TrainingProcess) -> None:
         number = record.attempts[-1].number if record.attempts else 0
@@ -109,6 +147,7 @@ class Observability:
                 self.errors.append(f"ray: {self.info['ray']['error']}")
 
     def on_attempt_end(self, run: RunDir, record: RunRecord, exit_code: int) -> None:
+        self._wait_started()  # before the supervisor's final save of the record
         number = record.attempts[-1].number if record.attempts else 0
         attempt = record.attempts[-1] if record.attempts else None
         if attempt is not None and attempt.hung:  # the supervisor read the rank's hang event
@@ -120,10 +159,14 @@ class Observability:
 
     def on_end(self, run: RunDir, record: RunRecord) -> None:
         ended = time.time()
+        self._wait_started()
         run_events.append(observability_dir(run) / run_events.EVENTS, "run_end", status=record.status)
-        if self.prometheus is not None and self.exporter is not None:
-            self.wait_for_scrape_after(ended)
-        self.stop()
+        try:
+            if self.prometheus is not None and self.exporter is not None:
+                self.wait_for_scrape_after(ended)
+            self.stop()
+        finally:
+            self.finished.set()
         summary = {**self.info, "ended": ended, "status": record.status}
         with contextlib.suppress(OSError):
             write_json_atomic(observability_dir(run) / "summary.json", summary)
@@ -175,9 +218,14 @@ class Observability:
         ready.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "mxc.runtime.observe.exporter", "--config", str(config), "--run-dir", str(run.path),
                 "--ready-file", str(ready), *self.exporter_args]
+        if sends_token(bundle):
+            token = scrape_token.path_in(prometheus_dir(run))
+            scrape_token.ensure(token)  # before Prometheus starts: it reads the token for its first scrape
+            argv += ["--token-file", str(token)]
         with open(log_path, "ab") as log:
             self.exporter = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, start_new_session=True, env=_marked(run))
+        lower_priority(self.exporter.pid, HELPER_NICE)
         self.info["exporter"] = {**_identity(self.exporter.pid), "log": str(log_path)}
 
     def _exporter_target(self, run: RunDir, ready: Path) -> None:
@@ -195,15 +243,16 @@ class Observability:
         # Bound to every interface (multi-node Slurm): Prometheus on another node reaches it by name.
         host = self.node if info["bind"] in ("0.0.0.0", "::") else info["bind"]
         address = f"{host}:{info['port']}"
-        self.info["exporter"].update({"url": f"http://{address}/metrics", "port": info["port"], "bind": info["bind"],
-                                      "plugins": info.get("plugins", {})})
+        exporter = {**self.info["exporter"], "url": f"http://{address}/metrics", "port": info["port"],
+                    "bind": info["bind"], "plugins": info.get("plugins", {})}
         write_targets(prometheus_dir(run) / "targets", f"exporter-{self.node}", [address],
                       {"run": run.run_id, "node": self.node})
         site = info.get("site_exporters") or {}
         if isinstance(site, dict) and site:  # node_exporter, dcgm-exporter: scraped where Prometheus reaches this node
-            self.info["exporter"]["site_exporters"] = site
+            exporter["site_exporters"] = site
             site_exporters.write_site_targets(prometheus_dir(run) / "targets", self.node, host, site,
                                               {"run": run.run_id, "node": self.node})
+        self.info["exporter"] = exporter  # one assignment (see on_start)
 
     def _start_prometheus(self, run: RunDir, bundle: Path | None) -> None:
         home = prometheus_dir(run)
@@ -215,12 +264,30 @@ class Observability:
             config.chmod(0o644)
         else:
             config.write_text(default_config(self.settings.scrape_interval, self.name))
+        if self.settings.alerts and bundle is not None and (bundle / ALERT_RULES).exists():
+            self._start_alert_receiver(run, bundle)
         self.prometheus = PrometheusServer.start(config, tsdb_data(run), self.settings.bind,
                                                  self.settings.prometheus_port, home / "prometheus.log",
-                                                 env=_marked(run))
+                                                 env=_marked(run), nice=HELPER_NICE)
         self.info["prometheus"] = {"url": self.prometheus.url, "port": self.prometheus.port,
                                    **_identity(self.prometheus.process.pid), "config": str(config),
                                    "log": str(home / "prometheus.log")}
+
+    def _start_alert_receiver(self, run: RunDir, bundle: Path) -> None:
+        """The bundle's rules beside the run's prometheus.yml, and the receiver Prometheus sends their
+        alerts to (alert_receiver.py), on loopback behind the run's scrape token, before Prometheus
+        starts (it reads both at start)."""
+        home = prometheus_dir(run)
+        shutil.copyfile(bundle / ALERT_RULES, home / ALERT_RULES)
+        (home / ALERT_RULES).chmod(0o644)
+        token = scrape_token.ensure(scrape_token.path_in(home))
+        spec = read_json(bundle / "spec.json")
+        log = AlertLog(observability_dir(run) / ALERTS_FILE, on_event=alert_notify.sender(spec, run.run_id))
+        self.receiver = AlertReceiver(log, token)
+        port = self.receiver.start("127.0.0.1", 0)
+        write_targets(home / "targets", f"alert-receiver-{self.node}", [f"127.0.0.1:{port}"], {})
+        self.info["alerts"] = {"rules": str(home / ALERT_RULES), "receiver": f"http://127.0.0.1:{port}",
+                               "log": str(log.path)}
 
     def _ray_ready(self, head: RayHead) -> None:
         if self.run is None:
@@ -252,17 +319,33 @@ class Observability:
                 self.exporter.wait()
         if self.prometheus is not None:
             self.prometheus.stop()
+        if self.receiver is not None:
+            self.receiver.stop()
 
     def _error(self, text: str) -> None:
         self.errors.append(text)
         print(f"mxc: warning: observability: {text}", file=sys.stderr)
 
 
+def sends_token(bundle: Path | None) -> bool:
+    """Whether the run's Prometheus will send the scrape token: the default config and every bundle
+    built since tokens exist do (``credentials_file``); a bundle built before does not, and its
+    exporter then serves without one, as it did (on its configured bind, loopback by default)."""
+    source = bundle / "prometheus.yml" if bundle else None
+    if source is None or not source.exists():
+        return True
+    try:
+        return "credentials_file: scrape-token" in source.read_text("utf-8")
+    except OSError:
+        return True
+
+
 def default_config(scrape_interval: int, job: str) -> str:
     """The bundle's prometheus.yml when a bundle has none (same shape as the template)."""
     return (f"global:\n  scrape_interval: {scrape_interval}s\n  evaluation_interval: {scrape_interval}s\n"
             f"  external_labels:\n    mxc_job: {json.dumps(job)}\nscrape_configs:\n"
-            "  - job_name: mxc-exporter\n    file_sd_configs:\n      - files: ['targets/exporter-*.json']\n"
+            "  - job_name: mxc-exporter\n    authorization:\n      credentials_file: scrape-token\n"
+            "    file_sd_configs:\n      - files: ['targets/exporter-*.json']\n"
             f"  - job_name: ray\n    scrape_interval: {max(scrape_interval, 15)}s\n"
             f"    scrape_timeout: {max(scrape_interval, 15)}s\n"
             "    file_sd_configs:\n      - files: ['targets/ray-*.json']\n")

@@ -146,7 +146,7 @@ class PrometheusServer:
     @classmethod
     def start(cls, config: Path, data: Path, bind: str = "127.0.0.1", first_port: int = 9190,
               log_path: Path | None = None, extra_args: tuple[str, ...] = (),
-              env: dict[str, str] | None = None) -> PrometheusServer:
+              env: dict[str, str] | None = None, nice: int = 0) -> PrometheusServer:
         binary = prometheus_binary()
         data.mkdir(parents=True, exist_ok=True)
         log_path = log_path or config.parent / "prometheus.log"
@@ -158,6 +158,7 @@ class PrometheusServer:
                 process = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
                                            stderr=subprocess.STDOUT, cwd=config.parent, start_new_session=True,
                                            env=env)
+            lower_priority(process.pid, nice)
             server = cls(process, bind, port, config, data)
             deadline = time.monotonic() + READY_TIMEOUT
             while time.monotonic() < deadline:
@@ -187,6 +188,14 @@ class PrometheusServer:
                     self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+def lower_priority(pid: int, nice: int) -> None:
+    """Raise ``pid``'s nice value by ``nice`` (0: leave it): a helper started beside the training
+    yields the CPU to it (on a busy node its start-up would otherwise slow the training's)."""
+    if nice > 0:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, pid) + nice))
 
 
 def _tail(path: Path, size: int = 4000) -> str:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mxc.fsutil import write_atomic
 from mxc.runtime import scratch
 from mxc.runtime.lifetime import tied_to_caller
 from mxc.runtime.local.launcher import LocalLauncher, LocalProcess
@@ -53,6 +54,7 @@ HEAD_TIMEOUT = 120.0
 # nice 15 it loses every CPU contest on a shared node (measured: half the steps/s).
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": "0"}
 LOG_COPY_LIMIT = 20 * 1024 * 1024  # bytes of Ray logs kept in the run directory
+DASHBOARD_TOKEN = "ray-dashboard-token"
 
 
 def cluster_environment(token: str, multi_node: bool = False) -> dict[str, str]:
@@ -74,6 +76,7 @@ class RayHead:
     bind: str = "127.0.0.1"
     join: str | None = None
     multi_node: bool = False  # a cluster spanning nodes (Slurm), on the nodes' network address
+    dashboard: bool = False  # the head serves Ray's dashboard (observability.ray_dashboard), on 127.0.0.1 only
     # Token authentication with a fresh token per run: only this run's driver and workers use
     # its cluster (and a ~/.ray/auth_token left by someone else cannot get in the way).
     token: str = field(default_factory=lambda: secrets.token_hex(32))
@@ -86,6 +89,17 @@ class RayHead:
     @property
     def address(self) -> str:
         return self.join or f"{self.bind}:{self.gcs_port}"
+
+    @property
+    def dashboard_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.ports['dashboard']}" if self.dashboard and not self.join else None
+
+    @property
+    def dashboard_token_file(self) -> Path | None:
+        """Where the dashboard's user finds the run's Ray token, which it asks for (token authentication,
+        like every Ray server of the run): ``<run>/observability/ray-dashboard-token``, 0600, removed
+        with the head."""
+        return self.run_dir / "observability" / DASHBOARD_TOKEN if self.dashboard_url and self.run_dir else None
 
     def environment(self) -> dict[str, str]:
         """What the head, the driver and every worker need in their environment."""
@@ -109,10 +123,11 @@ class RayHead:
                 "--disable-usage-stats", "--include-log-monitor=false"]  # no log streaming: idle CPU stays near zero
         if self.join:
             role = [f"--address={self.join}"]
-        else:  # no dashboard, no autoscaler monitor
+        else:  # no autoscaler monitor; the dashboard (no authentication of its own) only if asked, on loopback
             role = ["--head", f"--port={ports['gcs']}", f"--ray-client-server-port={ports['client']}",
-                    f"--dashboard-port={ports['dashboard']}", f"--dashboard-host={self.bind}", "--include-dashboard=false",
-                    "--no-monitor"]
+                    f"--dashboard-port={ports['dashboard']}",
+                    f"--dashboard-host={'127.0.0.1' if self.dashboard else self.bind}",
+                    f"--include-dashboard={'true' if self.dashboard else 'false'}", "--no-monitor"]
         argv = [ray_bin if Path(ray_bin).exists() else "ray", "start", "--block", *role, *node]
         env = {**os.environ, **self.environment(), **({"MXC_RUN_DIR": str(self.run_dir)} if self.run_dir else {})}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,6 +135,8 @@ class RayHead:
             self.process = subprocess.Popen(tied_to_caller(argv), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.identity = ProcessId.capture(self.process.pid)
+        if self.dashboard_token_file is not None:
+            write_atomic(self.dashboard_token_file, self.token + "\n", 0o600)
 
     def wait_ready(self) -> None:
         assert self.process is not None
@@ -134,6 +151,8 @@ class RayHead:
         raise RuntimeError(f"the Ray head did not start in {HEAD_TIMEOUT:.0f}s (log: {self.log_path})")
 
     def stop(self, grace: float = 10.0) -> None:
+        if self.dashboard_token_file is not None:
+            self.dashboard_token_file.unlink(missing_ok=True)
         if self.process is None:
             return
         sid = self.process.pid
@@ -252,8 +271,9 @@ class RayLauncher:
     """A ``Launcher``: ``prepare`` starts the head in the background (overlapping the rest of
     the run's set-up); ``start`` waits for it and runs the training through the actor."""
 
-    def __init__(self, num_cpus: int = 1) -> None:
+    def __init__(self, num_cpus: int = 1, dashboard: bool = False) -> None:
         self.num_cpus = num_cpus
+        self.dashboard = dashboard
         self.head: RayHead | None = None
         self.run_dir: Path | None = None
         self._thread: threading.Thread | None = None
@@ -271,7 +291,7 @@ class RayLauncher:
         self.run_dir = run_dir
         try:  # a scratch dir that cannot be made (/tmp/mxc-<uid> not ours) means no Ray, not no training
             self.head = RayHead(temp_dir=scratch.create(run_dir), log_path=run_dir / "ray" / "head.log",
-                                run_dir=run_dir)
+                                run_dir=run_dir, dashboard=self.dashboard)
             self.head.launch(self.num_cpus)  # in the caller's thread: the head dies with it (lifetime.py)
         except Exception as exc:
             self._error = exc
@@ -356,4 +376,5 @@ class RayLauncher:
         identity = self.head.identity
         return {"address": self.head.address, "metrics_port": self.head.metrics_port, "ports": self.head.ports,
                 "head": identity.as_record() if identity else None, "temp_dir": str(self.head.temp_dir),
-                "logs": str(self.run_dir / "ray") if self.run_dir else None}
+                "logs": str(self.run_dir / "ray") if self.run_dir else None,
+                **({"dashboard": self.head.dashboard_url} if self.head.dashboard_url else {})}
