@@ -119,6 +119,21 @@ exit 1
 """
 
 
+def _slurm_run_with_stand_ins(mxc: Mxc, home: Path, tmp_path: Path, job_id: str, srun: str) -> tuple[Path, Path]:
+    """A two-node Slurm run whose job ``job_id`` squeue says is running, and a bin dir with the
+    stand-in squeue and ``srun`` to put first on PATH."""
+    bundle = mxc("build", "-q", str(REPO / "specs/tiny.yaml"), "--set", "runtime.backend=slurm",
+                 "--set", "resources.nodes=2").stdout.strip()
+    run = _fake_run(home, f"20990101-000000-{job_id:0>4}-{bundle[:8]}", bundle=bundle, backend="slurm",
+                    slurm={"job_id": job_id, "jobs": [{"job_id": job_id, "submitted": "2099-01-01T00:00:00.000Z"}]})
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("squeue", FAKE_SQUEUE), ("srun", srun)):
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    return run, fake
+
+
 def test_slurm_nodes_that_do_not_answer_are_reported(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
     """srun and squeue are stand-ins: the node program really runs (as node1) on a real stuck process."""
     import subprocess
@@ -126,15 +141,7 @@ def test_slurm_nodes_that_do_not_answer_are_reported(mxc: Mxc, mxc_home: Path, t
 
     from mxc.node import livestacks, stacks
 
-    bundle = mxc("build", "-q", str(REPO / "specs/tiny.yaml"), "--set", "runtime.backend=slurm",
-                 "--set", "resources.nodes=2").stdout.strip()
-    run = _fake_run(mxc_home, f"20990101-000000-aaaa-{bundle[:8]}", bundle=bundle, backend="slurm",
-                    slurm={"job_id": "303", "jobs": [{"job_id": "303", "resubmits": 0}]})
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    for name, text in (("squeue", FAKE_SQUEUE), ("srun", FAKE_SRUN)):
-        (fake / name).write_text(text)
-        (fake / name).chmod(0o755)
+    run, fake = _slurm_run_with_stand_ins(mxc, mxc_home, tmp_path, "303", FAKE_SRUN)
     child = subprocess.Popen([sys.executable, "-c", "import time\ndef waits_here():\n  time.sleep(3600)\nwaits_here()"])
     try:
         livestacks.record_trainer(run, 0, "node1", 0, child.pid, [], stacks.find_py_spy())
@@ -147,6 +154,7 @@ def test_slurm_nodes_that_do_not_answer_are_reported(mxc: Mxc, mxc_home: Path, t
         child.wait()
     assert out.returncode == 1, out.stderr
     argv = (fake / "srun.argv").read_text().splitlines()
+    bundle = json.loads((run / "record.json").read_text())["bundle"]
     assert argv[:6] == ["--jobid=303", "--overlap", "--ntasks-per-node=1", "--nodes=2", "--ntasks=2", "--export=ALL"]
     assert argv[6:] == [sys.executable, "-E", "-s", "-B", str(mxc_home / "bundles" / bundle / "mxc_node" / "__main__.py"),
                         "stacks", str(run), argv[-1]]
@@ -176,15 +184,7 @@ def test_forged_node_lists_are_skipped_and_said(mxc: Mxc, mxc_home: Path, tmp_pa
 
     from mxc.node import livestacks, stacks
 
-    bundle = mxc("build", "-q", str(REPO / "specs/tiny.yaml"), "--set", "runtime.backend=slurm",
-                 "--set", "resources.nodes=2").stdout.strip()
-    run = _fake_run(mxc_home, f"20990101-000000-bbbb-{bundle[:8]}", bundle=bundle, backend="slurm",
-                    slurm={"job_id": "304", "jobs": [{"job_id": "304", "resubmits": 0}]})
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    for name, text in (("squeue", FAKE_SQUEUE), ("srun", FORGED_SRUN)):
-        (fake / name).write_text(text)
-        (fake / name).chmod(0o755)
+    run, fake = _slurm_run_with_stand_ins(mxc, mxc_home, tmp_path, "304", FORGED_SRUN)
     child = subprocess.Popen([sys.executable, "-c", "import time\ndef waits_here():\n  time.sleep(3600)\nwaits_here()"])
     try:
         livestacks.record_trainer(run, 0, "node1", 0, child.pid, [], stacks.find_py_spy())

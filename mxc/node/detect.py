@@ -237,16 +237,25 @@ def _traffic_classes(block: QosBlock) -> tuple[dict[str, str], str]:
     return values, why
 
 
+def _command(node: Node, name: str, argv: tuple[str, ...], missing: str) -> tuple[Output, dict[str, Any], Detection | None]:
+    """Run a detector's command: its output and the inputs to record, or the Detection that says
+    why there is nothing to read (the command is absent or failed)."""
+    out = node.run(argv)
+    inputs: dict[str, Any] = {"command": " ".join(argv)}
+    if out is None:
+        return Output(127, ""), inputs, Detection(name, {}, missing, inputs)
+    inputs.update(rc=out.rc, output=out.text)
+    if out.rc != 0:
+        return out, inputs, Detection(name, {}, f"`{' '.join(argv)}` failed (exit {out.rc})", inputs)
+    return out, inputs, None
+
+
 def detect_ainic_tc(node: Node) -> Detection:
     """``NCCL_IB_TC`` (and ``NCCL_IB_FIFO_TC``) from an AMD AI NIC's QoS map where ``nicctl`` exists:
     the DSCP of the PFC no-drop priority (data) and of the strict priority (control), times 4."""
-    out = node.run(NICCTL)
-    inputs: dict[str, Any] = {"command": " ".join(NICCTL)}
-    if out is None:
-        return Detection("ainic_tc", {}, "nicctl is not installed here (no AMD AI NIC tools)", inputs)
-    inputs.update(rc=out.rc, output=out.text)
-    if out.rc != 0:
-        return Detection("ainic_tc", {}, f"`{' '.join(NICCTL)}` failed (exit {out.rc})", inputs)
+    out, inputs, failed = _command(node, "ainic_tc", NICCTL, "nicctl is not installed here (no AMD AI NIC tools)")
+    if failed is not None:
+        return failed
     blocks = parse_nicctl_qos(out.text)
     if not blocks:
         return Detection("ainic_tc", {}, f"`{' '.join(NICCTL)}` printed no QoS map", inputs)
@@ -281,13 +290,9 @@ def detect_socket_ifname(node: Node) -> Detection:
     """``NCCL_SOCKET_IFNAME``: the interface with a global IPv4 address, by range: 10/8, then
     172.16/12, then 192.168/16, then any other; the lowest address within a range. Every node of a
     cluster numbered alike picks the same name; virtual and down interfaces are skipped."""
-    out = node.run(IP_ADDR)
-    inputs: dict[str, Any] = {"command": " ".join(IP_ADDR)}
-    if out is None:
-        return Detection("socket_ifname", {}, "`ip` is not installed here", inputs)
-    inputs.update(rc=out.rc, output=out.text)
-    if out.rc != 0:
-        return Detection("socket_ifname", {}, f"`{' '.join(IP_ADDR)}` failed (exit {out.rc})", inputs)
+    out, inputs, failed = _command(node, "socket_ifname", IP_ADDR, "`ip` is not installed here")
+    if failed is not None:
+        return failed
     states = {}
     candidates = []
     for name, address in parse_ip_addr(out.text):
