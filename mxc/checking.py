@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mxc.compiler.check import accepted
 from mxc.compiler.check.findings import Finding, merge_matrix
 from mxc.compiler.check.matrix import Matrix, is_matrix, parse_matrix
 from mxc.compiler.check.report import Report, Target
@@ -236,6 +237,14 @@ def config_file_findings(doc: Loaded, path: str, checked: Checked) -> list[Findi
     return findings
 
 
+def _accepted(results: list[Checked]) -> list[Checked]:
+    """The spec's check.accept applied to each result's complete findings (compiler/check/accepted.py)."""
+    for result in results:
+        if result.subject is not None:
+            result.findings = accepted.apply(result.subject, result.findings)
+    return results
+
+
 def check_paths(opts: Options) -> Run:
     started = time.monotonic()
     report = Report()
@@ -295,12 +304,13 @@ def check_paths(opts: Options) -> Run:
             except SpecErrors as exc:
                 return _schema_target(f, exc), []
         if cli_matrix is not None and f not in extended:
-            results = check_matrix(doc, f, cli_matrix, lock)
+            results = _accepted(check_matrix(doc, f, cli_matrix, lock))
             target = Target(f, cli_matrix.file, len(results),
                             findings=merge_matrix((x for r in results for x in r.findings), len(results)))
             return target, results
         result = check_document(doc, f, lock)
         result.findings.extend(config_file_findings(doc, f, result))
+        _accepted([result])
         extra = ("cue", "schema") if f in cue_docs else ("schema",)
         return Target(f, findings=result.findings, extra_checks=extra), [result]
 
@@ -319,7 +329,7 @@ def check_paths(opts: Options) -> Run:
         except SpecErrors as exc:
             report.targets.append(_schema_target(m.file, exc))
             continue
-        results = check_matrix(doc, spec, m, lock)
+        results = _accepted(check_matrix(doc, spec, m, lock))
         target = Target(spec, m.file, len(results),
                         findings=merge_matrix((x for r in results for x in r.findings), len(results)))
         report.targets.append(target)

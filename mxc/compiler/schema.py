@@ -618,6 +618,23 @@ class Notify(Strict):
         return self
 
 
+class Accepted(Strict):
+    """One check warning the spec's reviewers have accepted, with their reason: `mxc check` shows it
+    as a note (reason included) instead of failing, and warns when it no longer occurs."""
+
+    rule: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$",
+                      description="the warning's rule, e.g. env-var-vendor (docs/check.md lists them)")
+    key: str = Field(min_length=1, max_length=256, description="the finding's key, e.g. env.vars.CUDA_DEVICE_MAX_CONNECTIONS")
+    why: str = Field(min_length=1, max_length=500, description="why it is accepted (printed by every check)")
+
+
+class CheckSettings(Strict):
+    """What `mxc check` is told by the spec itself (reviewed with it)."""
+
+    accept: list[Accepted] = Field(default_factory=list,
+                                   description="warnings accepted on review; errors cannot be accepted")
+
+
 class JobSpec(Strict):
     """A reviewed, versioned description of one training job."""
 
@@ -634,8 +651,17 @@ class JobSpec(Strict):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     restart: Restart = Field(default_factory=Restart)
     notify: Notify | None = Field(None, description="chat alerts (webhook); the secret itself stays outside the spec")
+    check: CheckSettings | None = Field(None, description="check warnings accepted on review (docs/check.md)")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_serializer(mode="wrap")
+    def _omit_no_check(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No check section, no key: spec.json (and every bundle hash) stays what it was before it existed."""
+        data: dict[str, Any] = handler(self)
+        if self.check is None:
+            data.pop("check", None)
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

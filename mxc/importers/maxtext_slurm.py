@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -335,9 +336,30 @@ def spec_text(i: SpecInputs) -> str:
     ]
     if i.facts.checkpoint_period:
         lines += ["checkpoint:", f"  period: {i.facts.checkpoint_period}"]
+    harmless = harmless_on_amd(i.env.vars)
+    if harmless:
+        lines += ["check:", "  accept:   # reviewed: the reference sets these on AMD on purpose (`mxc check` says why)"]
+        for name in harmless:
+            lines += ["    - rule: env-var-vendor", f"      key: env.vars.{name}",
+                      "      why: set by MaxText-Slurm for code ported from CUDA; ROCm never reads it"]
     if i.env.skipped:
         lines.append("# Not imported (set what they do in the spec if you need it):")
         for s in i.env.skipped:
             # printable: a comment stays one line, whatever bytes the file or its path held
             lines += [printable(f"#   {s.file}:{s.line}: {s.text[:160]}"), printable(f"#     {s.why}")]
     return "\n".join(lines) + "\n"
+
+
+def harmless_on_amd(names: Iterable[str]) -> list[str]:
+    """The NVIDIA-only variables that the env catalog marks harmless on ROCm: the reference's env
+    files set them on AMD on purpose, so the imported spec accepts their warning (check.accept)
+    instead of failing every `mxc check` on them."""
+    from mxc.compiler.check.catalogs import env_catalog
+
+    cat = env_catalog()
+    out = []
+    for name in names:
+        known = cat.variables.get(name)
+        if known is not None and known.vendor == "nvidia" and known.harmless_on_other_vendor:
+            out.append(name)
+    return out
