@@ -326,7 +326,7 @@ def test_slurm_record_environment_and_exports_hold_no_secret(mxc_home: Path, mon
     cache = f"/scratch/cache-{HF}"
     monkeypatch.setenv("MXC_JAX_CACHE", cache)
     backend = slurm_backend.SlurmBackend()
-    record = backend.run(request, backend.plan(request))
+    record = backend.submit(request, backend.plan(request))
     assert submitted and any(cache in arg for arg in submitted[0])  # the job itself gets the real value
     saved = (mxc_home / "runs" / record.run_id / "record.json").read_text()
     data = json.loads(saved)

@@ -216,7 +216,7 @@ stored, _ = store.put(bundle.files, bundle.hash)
 spec = stored.spec()
 request = RunRequest(home=store.home, bundle=stored, spec=spec, quiet=True)
 backend = LocalBackend()
-record = backend.run(request, backend.plan(request))
+record = backend.submit(request, backend.plan(request))
 print(json.dumps({{"run": record.run_id, "bundle": str(stored.path)}}))
 """
     full_env = {**os.environ, "MXC_HOME": str(home), **env}

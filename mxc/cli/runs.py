@@ -206,7 +206,7 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
         print(f"mxc: run {plan.run_dir.run_id}: bundle {bundle.hash[:12]} ({request.spec_name}) on {backend.name}",
               file=sys.stderr)
         print(f"mxc: log {plan.run_dir.log}", file=sys.stderr)
-    record = backend.run(request, plan)
+    record = backend.submit(request, plan)
     if waits and not record.final:  # a submission (Slurm) returned at once: wait for its end
         if not args.json:
             print(record.run_id)

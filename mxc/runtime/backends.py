@@ -2,9 +2,14 @@
 
 A backend turns a ``RunRequest`` (a stored bundle, plus what the user asked) into a
 ``Plan`` (the exact command and environment; printing it is ``--dry-run``, and making it
-has no side effects) and then runs that plan, returning the run's ``RunRecord``.
+has no side effects) and then submits that plan, returning the run's ``RunRecord``; later it
+answers for runs it started: their status (a pure read), cancelling them, and where their logs
+are. The contract follows TorchX's scheduler API (dryrun/schedule/describe/cancel/log_iter).
 ``mxc run`` picks the backend from the spec's ``runtime.backend`` (``--local`` forces
-local); a new backend is a new module listed in ``BACKENDS``.
+local); ``mxc cancel`` and the readers pick it from the record's ``backend``. A new backend is
+one module with a class satisfying ``Backend``, listed in ``BACKENDS``; what every backend does
+before it starts is shared here (``allocate_run_dir``, ``pinned_code``, ``first_record``,
+``create_run_dir``, ``seed_checkpoint``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mxc import tempdirs
 from mxc.errors import UserError, cannot_write
@@ -27,10 +32,13 @@ from mxc.node.contract import RunContract
 from mxc.runtime.contract import load as load_contract
 from mxc.runtime.hooks import Launcher, RunObserver
 from mxc.runtime.provenance import environment
-from mxc.runtime.record import RunRecord
+from mxc.runtime.record import RunRecord, Status, now_iso
 from mxc.runtime.resume import ResumePoint
 from mxc.runtime.rundir import RunDir, is_run_id, new_run_id
 from mxc.store import StoredBundle
+
+if TYPE_CHECKING:
+    from mxc.runtime.provenance.codepin import PinnedCode
 
 # name -> "module:class"; imported only when chosen.
 BACKENDS: dict[str, str] = {
@@ -102,14 +110,28 @@ class Plan:
                 "notes": self.notes}
 
 
+@runtime_checkable
 class Backend(Protocol):
+    """What ``mxc`` asks of a backend (TorchX's scheduler API: dryrun -> plan, schedule -> submit,
+    describe -> status, cancel, log_iter -> logs)."""
+
     name: str
 
     def plan(self, request: RunRequest) -> Plan:
         """The exact command and environment, with no side effects (this is ``--dry-run``)."""
 
-    def run(self, request: RunRequest, plan: Plan) -> RunRecord:
-        """Run the plan; the returned record is final for backends that wait for the end."""
+    def submit(self, request: RunRequest, plan: Plan) -> RunRecord:
+        """Start the plan; the returned record is final for backends that wait for the end (local)."""
+
+    def status(self, run: RunDir) -> RunRecord:
+        """The run as its backend sees it now. A pure read: it writes, submits, cancels and sends nothing.
+        (Listing many runs, a backend module's ``view_all`` answers them with one poll: ``runs.current_all``.)"""
+
+    def cancel(self, run: RunDir) -> RunRecord:
+        """Stop a live run and return its record (final once the stop is seen)."""
+
+    def logs(self, run: RunDir) -> list[Path]:
+        """The run's log files, oldest first, that ``mxc logs`` reads (they may not exist yet)."""
 
 
 def get_backend(name: str) -> Backend:
@@ -138,6 +160,28 @@ def allocate_run_dir(request: RunRequest) -> RunDir:
         run = RunDir(runs / new_run_id(request.bundle.hash))
         if not run.path.exists():
             return run
+
+
+def pinned_code(request: RunRequest) -> PinnedCode | None:
+    """The bundle's pinned code commit exported into the code store (``codepin.PinnedCode``), or None
+    when the bundle pins none: done before a run starts, by every backend."""
+    contract = request.contract
+    if not (request.code_commit and contract.code.repo):
+        return None
+    from mxc.runtime.provenance import codepin
+
+    return codepin.materialise(request.home, contract.code.repo, request.code_commit)
+
+
+def first_record(request: RunRequest, plan: Plan, status: Status, **fields: Any) -> RunRecord:
+    """A run's first record: what every backend records the same way (ids, spec, labels, what it
+    reruns or resumes), plus the backend's own ``fields``."""
+    run = plan.run_dir
+    return RunRecord(
+        run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend=plan.backend,
+        status=status, started=now_iso(), rerun_of=request.rerun_of, labels=list(request.labels),
+        resumed_from=request.resume_from.as_record() if request.resume_from else None, **fields,
+    )
 
 
 def image_cache_env(home: Path) -> dict[str, str]:

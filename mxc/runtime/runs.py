@@ -116,13 +116,18 @@ def current_all(selected: list[RunDir]) -> list[RunRecord | UserError]:
 
 
 def _backend_view(backend: str) -> Any:
-    """The backend module's ``view_all`` (many runs, one poll), or None when it has none."""
-    from mxc.runtime.backends import BACKENDS
+    """The backend module's ``view_all`` (many runs, one poll), else its ``Backend.status`` asked run
+    by run; None for a backend this mxc does not have."""
+    from mxc.runtime.backends import BACKENDS, get_backend
 
     module_name = BACKENDS.get(backend, "").partition(":")[0]
     if not module_name or importlib.util.find_spec(module_name) is None:
         return None
-    return getattr(importlib.import_module(module_name), "view_all", None)
+    view_all = getattr(importlib.import_module(module_name), "view_all", None)
+    if view_all is not None:
+        return view_all
+    status = get_backend(backend).status
+    return lambda items: [status(run) for run, _record in items]
 
 
 def labels_of(run: RunDir) -> list[str]:

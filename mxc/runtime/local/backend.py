@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from mxc.node import layout
@@ -21,7 +22,9 @@ from mxc.runtime.backends import (
     allocate_run_dir,
     create_run_dir,
     extensions,
+    first_record,
     image_cache_env,
+    pinned_code,
     recorded_environment,
     seed_checkpoint,
     training_python,
@@ -33,6 +36,7 @@ from mxc.runtime.local.supervisor import Supervisor, SupervisorConfig
 from mxc.runtime.procfs import ProcessId
 from mxc.runtime.provenance import codepin, hostfacts, training
 from mxc.runtime.record import RunRecord, now_iso
+from mxc.runtime.rundir import RunDir
 
 # A local run is one process on this machine, even inside a Slurm allocation: the
 # entrypoint would otherwise read the allocation's task count and rank.
@@ -72,7 +76,8 @@ class LocalBackend:
         return Plan("local", run, ["bash", str(request.bundle.path / "entrypoint.sh")], env, run.path,
                     unset=unset, notes=notes)
 
-    def run(self, request: RunRequest, plan: Plan) -> RunRecord:
+    def submit(self, request: RunRequest, plan: Plan) -> RunRecord:
+        """Run the plan to its end under the supervisor (the returned record is final)."""
         contract = request.contract
         # From the start of `mxc run`: its elapsed time includes the code export (phase "code").
         progress = None if request.quiet else ProgressBar(request.total_steps, sys.stderr)
@@ -81,7 +86,8 @@ class LocalBackend:
             if progress:
                 progress.set_status("code")
             try:
-                code = codepin.materialise(request.home, contract.code.repo, request.code_commit).as_record()
+                pinned = pinned_code(request)
+                code = pinned.as_record() if pinned else None
             except BaseException:
                 if progress:
                     progress.close()  # the error goes on a line of its own
@@ -89,11 +95,9 @@ class LocalBackend:
         run = plan.run_dir
         env = {k: v for k, v in os.environ.items() if k not in plan.unset}
         env.update(plan.env)
-        record = RunRecord(
-            run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend="local",
-            status="starting", started=now_iso(), command=plan.command, environment=recorded_environment(env, request.spec),
-            code=hostfacts.code_facts(contract, {}, code), rerun_of=request.rerun_of, labels=list(request.labels),
-            resumed_from=request.resume_from.as_record() if request.resume_from else None,
+        record = first_record(
+            request, plan, "starting", command=plan.command, environment=recorded_environment(env, request.spec),
+            code=hostfacts.code_facts(contract, {}, code),
             image=hostfacts.image_facts(contract, {}, hostfacts.lockfile_digest(request.bundle.path)),
         )
         # Who writes this record, as an identity (pid + start time + boot id), not a bare pid:
@@ -117,6 +121,24 @@ class LocalBackend:
             raise
         finally:
             watch.release()
+
+    def status(self, run: RunDir) -> RunRecord:
+        """The record as the supervisor last wrote it (it keeps it current itself while it lives;
+        ``mxc runs`` shows a live record whose supervisor is gone as ``lost``)."""
+        from mxc.runtime import runs
+
+        return runs.load(run)
+
+    def cancel(self, run: RunDir) -> RunRecord:
+        """SIGTERM to the run's supervisor, or end what a lost run left (mxc/runtime/local/cancel.py)."""
+        from mxc.runtime import runs
+        from mxc.runtime.local import cancel
+
+        return cancel.cancel(run, runs.load(run))
+
+    def logs(self, run: RunDir) -> list[Path]:
+        """One log: the supervisor appends every attempt's output to train.log."""
+        return [run.log]
 
     def _supervise(self, request: RunRequest, plan: Plan, record: RunRecord, env: dict[str, str],
                    code: dict[str, Any] | None, progress: ProgressBar | None) -> RunRecord:

@@ -2,7 +2,7 @@
 
 ``plan`` builds the exact sbatch command (``--output`` into the run directory, the
 bundle's and run's paths passed with ``--export``) and shows the script it submits, as is;
-``run`` submits it and returns at once with the job queued. No mxc process stays with the
+``submit`` submits it and returns at once with the job queued. No mxc process stays with the
 job, so two functions bring Slurm's view of it in:
 
 * ``view`` / ``view_all`` (every read: ``mxc runs``, ``logs -f``, ``triage``, ``metrics``, ``report``)
@@ -43,7 +43,9 @@ from mxc.runtime.backends import (
     RunRequest,
     allocate_run_dir,
     create_run_dir,
+    first_record,
     image_cache_env,
+    pinned_code,
     recorded_environment,
     seed_checkpoint,
 )
@@ -148,24 +150,18 @@ class SlurmBackend:
         return SlurmPlan("slurm", run, argv, {}, run.path, notes=notes, script_path=script_path,
                          script=script_path.read_text("utf-8"))
 
-    def run(self, request: RunRequest, plan: Plan) -> RunRecord:
+    def submit(self, request: RunRequest, plan: Plan) -> RunRecord:
+        """sbatch the plan and return at once, the job queued (``mxc watch`` follows it)."""
         slurm_query.require("sbatch")
         contract = request.contract
-        pinned = None
-        if request.code_commit and contract.code.repo:
-            from mxc.runtime.provenance import codepin
-
-            pinned = codepin.materialise(request.home, contract.code.repo, request.code_commit)
+        pinned = pinned_code(request)
         run = plan.run_dir
         exports = job_exports(request, run)
-        record = RunRecord(
-            run_id=run.run_id, bundle=request.bundle.hash, spec_name=request.spec_name, backend="slurm",
-            status="submitted", started=now_iso(), command=[redact_secrets(arg) for arg in plan.command],
+        record = first_record(
+            request, plan, "submitted", command=[redact_secrets(arg) for arg in plan.command],
             environment=recorded_environment({**os.environ, **exports}, request.spec),
             code=pinned.as_record() if pinned else hostfacts.code_facts(contract, {}, None),
             image=hostfacts.image_facts(contract, {}),
-            rerun_of=request.rerun_of, labels=list(request.labels),
-            resumed_from=request.resume_from.as_record() if request.resume_from else None,
             slurm=SlurmState(exports=scrubbed(exports), partition=contract.slurm.partition,
                              restart_max=contract.restart.max),
         )
@@ -196,6 +192,18 @@ class SlurmBackend:
             print(f"mxc: submitted Slurm job {job_id} for run {run.run_id}; follow it with: mxc logs {run.run_id} -f; "
                   f"`mxc watch {run.run_id}` keeps its record, alerts and resubmissions going", file=sys.stderr)
         return record
+
+    def status(self, run: RunDir) -> RunRecord:
+        """``view``: Slurm's state and the job's files folded into a copy of the record (a pure read)."""
+        return view(run)
+
+    def cancel(self, run: RunDir) -> RunRecord:
+        """``cancel``: scancel the job, no resubmission afterwards."""
+        return cancel(run)
+
+    def logs(self, run: RunDir) -> list[Path]:
+        """One log: sbatch --output appends every requeue and resubmission to train.log."""
+        return [run.log]
 
 
 # ---- keeping the record current

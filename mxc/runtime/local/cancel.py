@@ -1,0 +1,62 @@
+"""Stopping a local run (``mxc cancel``): its supervisor stops it, or, when it is gone, what is left is ended here.
+
+Kept apart from the supervisor: cancelling runs in another ``mxc`` process than the run itself.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from mxc.runtime.record import RunRecord
+from mxc.runtime.rundir import RunDir
+
+
+def cancel(run: RunDir, record: RunRecord) -> RunRecord:
+    """A live local run stops like on Ctrl-C: SIGTERM to its supervisor (the very process that
+    wrote the record, verified by identity), which records `cancelled`. A lost run (its
+    supervisor is gone) has nobody to ask: what is left of it is ended here and the record closed."""
+    import signal
+    import time
+
+    from mxc.errors import UserError
+    from mxc.runtime import runs
+
+    alive = runs.supervisor_alive(record)
+    if alive is None:
+        raise UserError(f"run {run.run_id} is not running on this machine (its supervisor cannot be verified here)")
+    identity = runs.supervisor(record)
+    if not alive or identity is None or not identity.send(signal.SIGTERM):
+        return _end_lost(run, record)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        record = runs.load(run)
+        if record.final:
+            break
+        time.sleep(0.25)
+    return record
+
+
+def _end_lost(run: RunDir, record: RunRecord) -> RunRecord:
+    """End the processes a lost run left (found by MXC_RUN_DIR, verified), remove its scratch
+    directories, and close its record as cancelled, saying what was cleaned."""
+    from mxc.runtime.leftovers import end_run
+    from mxc.runtime.metrics_merge import write_merged
+    from mxc.runtime.procfs import pid_alive
+    from mxc.runtime.record import now_iso
+
+    pid = (record.supervisor or {}).get("pid")
+    reused = " (that pid now belongs to another process)" if isinstance(pid, int) and pid_alive(pid) else ""
+    cleanup = end_run(run.path)
+    merged = write_merged(run.metrics_parts, run.metrics)
+    if merged.steps:
+        record.steps, record.last_loss = merged.steps, merged.last_loss
+    record.status, record.final, record.ended = "cancelled", True, now_iso()
+    if record.attempts and record.attempts[-1].ended is None:
+        record.attempts[-1].ended = record.ended
+        record.attempts[-1].reason = "the supervisor died; what was left of the attempt was ended by mxc cancel"
+    record.cancelled_by = "mxc cancel"
+    record.message = f"lost: its supervisor (mxc run, pid {pid}) was gone{reused}; mxc cancel: {cleanup.describe()}"
+    record.save(run.record)
+    print(f"mxc: run {run.run_id} was lost: its supervisor (pid {pid}) is gone{reused}; {cleanup.describe()}",
+          file=sys.stderr)
+    return record
