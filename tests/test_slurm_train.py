@@ -133,9 +133,11 @@ def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path,
     logs = mxc("logs", run_id)
     assert logs.returncode == 0 and "completed step: 29" in logs.stdout
     assert "[mxc batch" in logs.stdout and "1: [mxc node2 rank 1]" in logs.stdout
-    assert json.loads(run.record.read_text())["final"] is False  # reads show; they write no record
+    on_disk = json.loads(run.record.read_text())
+    assert on_disk["final"] is False  # reads show; they write no record
+    assert on_disk["status"] == "succeeded"  # the job wrote its own end (mxc/node/jobreport.py)
     watched = mxc("watch", "--once", run_id)
-    assert watched.returncode == 0 and f"run {run_id}: queued -> succeeded" in watched.stderr, watched.stderr
+    assert watched.returncode == 0 and f"run {run_id}: succeeded -> succeeded" in watched.stderr, watched.stderr
     assert json.loads(run.record.read_text())["final"] is True
 
 
