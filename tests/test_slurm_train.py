@@ -170,9 +170,7 @@ def test_observability_on_two_nodes(mxc: Mxc, mxc_home: Path, slurm_cluster: Slu
     targets = sorted(p.name for p in (run.tsdb / "targets").iterdir())
     assert targets == ["alert-receiver-node1.json", "exporter-node1.json", "exporter-node2.json", "ray-node1.json",
                        "ray-node2.json"]
-    # The batch side writes the run's end before it exits itself (mxc/node/jobreport.py): wait for the
-    # job's own processes to go, then nothing of the run may be left (a stuck exporter never goes).
-    wait_for(lambda: not processes_of(run), 60, "no exporter, Prometheus or Ray process to outlive the job")
+    assert processes_of(run) == [], "no exporter, Prometheus or Ray process outlives the job"
 
     def series(expr: str) -> list[dict[str, Any]]:
         out = mxc("metrics", run_id, "--query", expr, "--step", "1", "--json")
