@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mxc.plugins import gpu, peak_flops, tensorboard
 from mxc.plugins.api import PluginContext
@@ -122,3 +124,16 @@ def test_a_slow_step_between_two_scrapes_is_not_missed(tmp_path: Path) -> None:
     assert "mxc_train_step_time_max_seconds" not in names(samples(plugin))
     write_metrics(tmp_path, [{**MOE_LINE, "step": 9.0, "perf/step_time_seconds": 0.03}])
     assert value(samples(plugin), "mxc_train_step_time_max_seconds", rank="0") == 0.03
+
+
+@given(st.lists(st.tuples(st.floats(0, 30), st.floats(0, 1e4, allow_nan=False)), max_size=60))
+def test_the_slowest_recent_step_is_the_window_maximum(reads: list[tuple[float, float]]) -> None:
+    """The monotonic queue answers what a scan of every step read in the window would."""
+    state, now, seen = tensorboard.RankState(), 0.0, []
+    for advance, seconds in reads:
+        now += advance
+        state.step_time(seconds, now, window=20.0)
+        seen.append((now, seconds))
+        state.forget(now, 20.0)
+        in_window = [s for t, s in seen if now - t <= 20.0]
+        assert state.slowest() == (max(in_window) if in_window else None)

@@ -60,11 +60,19 @@ class RankState:
     scalars: dict[str, float] = field(default_factory=dict)  # every scalar tag -> its newest value
     tag_steps: dict[str, int] = field(default_factory=dict)  # tag -> step of that value
     seen_at: float | None = None  # when the newest step was written (file mtime)
-    recent: deque[tuple[float, float]] = field(default_factory=deque)  # (when read, step time) of recent steps
+    # (when read, step time) of the recent steps that no later step outlasts: the window's
+    # maximum is the first entry. A monotonic queue, because a scrape after a backlog (10^6 steps
+    # read at once, all "recent") must not scan them all (105 ms per scrape, measured).
+    recent: deque[tuple[float, float]] = field(default_factory=deque)
 
     def step_time(self, seconds: float, now: float, window: float) -> None:
+        while self.recent and self.recent[-1][1] <= seconds:
+            self.recent.pop()  # never the maximum again: this step is at least as slow and leaves later
         self.recent.append((now, seconds))
         self.forget(now, window)
+
+    def slowest(self) -> float | None:
+        return self.recent[0][1] if self.recent else None
 
     def forget(self, now: float, window: float) -> None:
         while self.recent and now - self.recent[0][0] > window:
@@ -212,8 +220,9 @@ class TrainingMetricsPlugin:
             for tag, value in sorted(state.scalars.items()):
                 scalars.add_metric([*label, tag], value)
             state.forget(self.clock(), self.window)
-            if state.recent:
-                slowest.add_metric(label, max(seconds for _, seconds in state.recent))
+            longest = state.slowest()
+            if longest is not None:
+                slowest.add_metric(label, longest)
             if self.peak is not None and TFLOPS in state.values:
                 mfu.add_metric(label, state.values[TFLOPS] / self.peak.bf16_dense_tflops)
         return [steps, last, attempt, seen, *gauges.values(), slowest, scalars, mfu, peak]
