@@ -294,7 +294,10 @@ def attempts(files: JobFiles, log: LogFacts, history: dict[str, list[str]]) -> l
 def first_failure(files: JobFiles, log: LogFacts, restart: int) -> FirstFailure | None:
     """The rank that died first in an attempt.
 
-    srun's first "task N: ..." error names it (with --kill-on-bad-exit, that failure is what
+    Once the job has decided on the attempt, the rank its decision names: that is the rank its
+    restart and its alerts were about, so the record never names another one (two ranks failing
+    within milliseconds can be ordered differently by srun and by their exit events). Before
+    that, srun's first "task N: ..." error names it (with --kill-on-bad-exit, that failure is what
     brought the others down); the rank's own exit event adds the stage, the cause and whether it
     timed out. Without an srun line, the earliest failing exit event; without one either, a rank
     that started and never recorded an exit (killed outright).
@@ -310,6 +313,15 @@ def first_failure(files: JobFiles, log: LogFacts, restart: int) -> FirstFailure 
             elif isinstance(e, ev.RankExit):
                 exits[rank] = e
     srun = log.srun_first_error.get(restart)
+    decided = next((e for e in reversed(files.batch)
+                    if isinstance(e, ev.Decision) and e.attempt == restart and e.rank is not None), None)
+    if decided is not None and decided.rank is not None:
+        said = str(srun["what"]) if srun is not None and int(srun["rank"]) == decided.rank else None
+        if decided.rank in exits:
+            return _failure(exits[decided.rank], said)
+        return FirstFailure(rank=decided.rank, node=decided.node, cause=decided.cause, srun=said,
+                            why=decided.detail or "no exit recorded: killed outright (SIGKILL, OOM killer or node "
+                                                  "failure)")
     failed = sorted((e for e in exits.values() if e.rc != 0 and e.cause != policy.CANCELLED), key=lambda e: e.time)
     if srun is not None:
         rank = int(srun["rank"])
