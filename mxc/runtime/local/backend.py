@@ -61,6 +61,10 @@ class LocalBackend:
             "MXC_ATTEMPT": "0",
             "MXC_JAX_CACHE": os.environ.get("MXC_JAX_CACHE") or str(request.home / "cache" / "jax"),
             **image_cache_env(request.home),
+            # The node program runs under mxc's own interpreter (>= 3.11, already warm in the page
+            # cache), not whatever `python3` PATH finds first: a version-manager shim there costs
+            # a chain of shell processes before every attempt (0.45 s measured with pyenv's).
+            "MXC_NODE_PYTHON": os.environ.get("MXC_NODE_PYTHON") or sys.executable,
         }
         notes = []
         if contract.container.kind == "native":
