@@ -17,7 +17,7 @@
    (MaxText's own line format); after the first scrape has read the backlog, 10 new steps are
    appended before each timed scrape. Target: the 10^6 scrape within 2x of the 10^3 one.
 
-  python benchmarks/observe_overhead.py [--steps 200] [--repeats 2] [--skip-training] [--skip-scrape]
+  python benchmarks/observe_overhead.py [--steps 1000] [--repeats 5] [--skip-training] [--skip-scrape]
 """
 
 from __future__ import annotations
@@ -169,8 +169,8 @@ def scraping(work: Path) -> dict[str, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--skip-scrape", action="store_true")
     parser.add_argument("--ray", action="store_true", help="observe with Ray too (observability.ray=true)")
