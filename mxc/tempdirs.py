@@ -35,7 +35,7 @@ def _abandoned(name: str, mtime: float, now: float) -> bool:
     owner = name[len(PREFIX):].rsplit("-", 2)
     if len(owner) != 3 or owner[0] != _host() or not owner[1].isdigit():
         return False  # another host's (or an old-style name): only its age tells
-    from mxc.runtime.procfs import pid_alive
+    from mxc.runtime.processes.procfs import pid_alive
 
     return not pid_alive(int(owner[1]))
 

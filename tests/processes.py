@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from mxc.runtime.procfs import ProcessId
+from mxc.runtime.processes.procfs import ProcessId
 
 TRAINER = "maxtext.trainers.pre_train.train"
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from mxc.runtime import scratch
-from mxc.runtime.procfs import ProcessId
+from mxc.runtime.processes import scratch
+from mxc.runtime.processes.procfs import ProcessId
 from mxc.runtime.record import RunRecord, SlurmJob, SlurmState
 from tests.conftest import REPO, Mxc
 from tests.processes import dead_identity, run_processes, stand_ins, trainer_pids
@@ -203,7 +203,7 @@ def test_cancel_of_a_lost_run_ends_what_is_left_and_nothing_else(mxc: Mxc, mxc_h
 HOLDER = r"""
 import json, os, subprocess, sys
 from pathlib import Path
-from mxc.runtime import scratch
+from mxc.runtime.processes import scratch
 from mxc.runtime.local.deathwatch import DeathWatch
 
 run = Path(sys.argv[1])

@@ -121,7 +121,7 @@ def hostile_home(mxc_home: Path) -> tuple[Path, str, dict[str, RunDir]]:
 def test_every_reader_survives_every_hostile_run_directory(hostile_home: tuple[Path, str, dict[str, RunDir]]) -> None:
     from mxc.report.data import gather
     from mxc.runtime import runs as runs_mod
-    from mxc.runtime.metrics_merge import write_merged
+    from mxc.runtime.logs.metrics_merge import write_merged
     from mxc.runtime.triage import classify
     from mxc.runtime.triage.compare import compare_runs
 

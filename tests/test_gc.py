@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mxc.runtime.procfs import ProcessId
+from mxc.runtime.processes.procfs import ProcessId
 from mxc.runtime.record import RunRecord
 from tests.conftest import REPO, Mxc, store_snapshot
 from tests.processes import dead_identity

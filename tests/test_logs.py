@@ -127,7 +127,7 @@ def test_since_a_duration_counts_back_from_now(mxc: Mxc, mxc_home: Path) -> None
 
 def local_run(home: Path, final: bool, started: datetime) -> Path:
     """A local run's directory as its supervisor writes it (alive: this test process stands in for it)."""
-    from mxc.runtime.procfs import ProcessId
+    from mxc.runtime.processes.procfs import ProcessId
 
     run = home / "runs" / "20990101-000000-aaaa-2f09e67f"
     run.mkdir(parents=True)

@@ -22,7 +22,7 @@ from mxc.node.contract import Hang, InfraPattern
 from mxc.node.hangwatch import HangWatch, Hung
 from mxc.node.imagecache import ImageError
 from mxc.node.trainer import StopRequest, Trainer
-from mxc.runtime.trainlog import STEP_PREFIX
+from mxc.runtime.logs.trainlog import STEP_PREFIX
 from mxc.store import Store
 from tests.conftest import REPO
 

@@ -249,7 +249,7 @@ time.sleep(600)
 
 def test_helpers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
     """SIGKILL gives mxc no chance to stop anything: the kernel stops exporter and Prometheus."""
-    from mxc.runtime.procfs import pid_alive
+    from mxc.runtime.processes.procfs import pid_alive
 
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)

@@ -20,7 +20,7 @@ from mxc.runtime.local.launcher import LocalLauncher
 from mxc.runtime.local.supervisor import Supervisor, SupervisorConfig
 from mxc.runtime.observe.observer import Observability
 from mxc.runtime.observe.tsdb import last_values, open_tsdb
-from mxc.runtime.procfs import pid_alive
+from mxc.runtime.processes.procfs import pid_alive
 from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
 from mxc.store import Store

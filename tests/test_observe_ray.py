@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mxc.runtime.observe.ray_launcher import RayLauncher
-from mxc.runtime.procfs import pid_alive, session_processes
+from mxc.runtime.processes.procfs import pid_alive, session_processes
 from tests.conftest import REPO, Mxc
 
 
@@ -89,8 +89,8 @@ def test_the_ray_dashboard_is_off_unless_asked_and_then_on_loopback(launcher: Ra
     import urllib.error
     import urllib.request
 
-    from mxc.runtime import scratch
     from mxc.runtime.observe.ray_launcher import RayHead
+    from mxc.runtime.processes import scratch
 
     assert launcher.head is not None and "dashboard" not in launcher.describe()
     with socket.socket() as sock:

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from mxc.runtime import scratch
-from mxc.runtime.procfs import ProcessId, pid_alive, session_processes
+from mxc.runtime.processes import scratch
+from mxc.runtime.processes.procfs import ProcessId, pid_alive, session_processes
 from tests.browser import open_page, screenshot
 from tests.conftest import REPO, Home
 from tests.gates import PauseGate

@@ -20,10 +20,10 @@ from mxc.runtime.backends import Plan
 from mxc.runtime.local.launcher import LocalLauncher
 from mxc.runtime.local.progress import ProgressBar
 from mxc.runtime.local.supervisor import signal_of
-from mxc.runtime.metrics_merge import merge, write_merged
+from mxc.runtime.logs.metrics_merge import merge, write_merged
+from mxc.runtime.logs.trainlog import LogFollower, parse_step
 from mxc.runtime.provenance.hostfacts import collect, compare
 from mxc.runtime.rundir import RunDir
-from mxc.runtime.trainlog import LogFollower, parse_step
 from tests.conftest import REPO, Mxc, store_snapshot
 
 TINY = str(REPO / "specs/tiny.yaml")
@@ -287,7 +287,7 @@ def test_log_follower_reads_increments_and_partial_lines(tmp_path: Path) -> None
 def test_progress_bar_line_and_tty_only(tmp_path: Path) -> None:
     import io
 
-    from mxc.runtime.trainlog import StepEvent
+    from mxc.runtime.logs.trainlog import StepEvent
 
     stream = io.StringIO()
     now = [100.0]

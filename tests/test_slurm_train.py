@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from mxc.runtime.metrics_merge import read_lines
+from mxc.runtime.logs.metrics_merge import read_lines
 from tests.conftest import Mxc
 from tests.gates import PauseGate
 from tests.slurm_cluster import SlurmCluster

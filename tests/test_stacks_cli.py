@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mxc.runtime.procfs import boot_id
+from mxc.runtime.processes.procfs import boot_id
 from tests.conftest import REPO, Home, Mxc
 from tests.gates import PauseGate
 from tests.test_run_local import new_run, record_of

@@ -411,7 +411,7 @@ def _logs(args: argparse.Namespace) -> int:
 def _log_view(args: argparse.Namespace, run: Any = None) -> Any:
     """The filters of `mxc logs`, checked; with the run, a LogView of its log."""
     from mxc.errors import UserError
-    from mxc.runtime import logview
+    from mxc.runtime.logs import logview
     from mxc.runtime.record import RunRecord, epoch_seconds
 
     if args.tail is not None and args.tail < 0:

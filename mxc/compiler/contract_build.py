@@ -166,7 +166,7 @@ def infrastructure_patterns() -> list[InfraPattern]:
 
 def build_contract(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) -> RunContract:
     """``config_keys``: the keys of model.config_file, where the spec has one."""
-    from mxc.runtime.trainlog import STEP_PREFIX
+    from mxc.runtime.logs.trainlog import STEP_PREFIX
 
     rt = spec.runtime
     total = steps(spec, config_keys)

@@ -62,7 +62,7 @@ class Hang:
 
     init_timeout_s: int  # no output at all for this long before the first step: hung
     step_timeout_s: int  # no new step for this long after the first: hung
-    step_pattern: str  # regex of the trainer's completed-step line (mxc.runtime.trainlog.STEP_PREFIX)
+    step_pattern: str  # regex of the trainer's completed-step line (mxc.runtime.logs.trainlog.STEP_PREFIX)
     __pydantic_config__ = STRICT
 
 

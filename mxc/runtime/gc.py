@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mxc import tempdirs
 from mxc.runtime import runs as runs_mod
-from mxc.runtime.procfs import processes_with_env
+from mxc.runtime.processes.procfs import processes_with_env
 from mxc.runtime.record import FINISHED, RunRecord, epoch_seconds
 from mxc.runtime.rundir import RunDir
 

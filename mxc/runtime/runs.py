@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from mxc.errors import UserError
-from mxc.runtime.procfs import ProcessId, pid_alive
+from mxc.runtime.logs.trainlog import last_step_in_tail
+from mxc.runtime.processes.procfs import ProcessId, pid_alive
 from mxc.runtime.record import RunRecord, parse_time
 from mxc.runtime.rundir import RunDir
-from mxc.runtime.trainlog import last_step_in_tail
 
 
 @dataclass(frozen=True)

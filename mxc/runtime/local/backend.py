@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from mxc.node import layout
-from mxc.runtime import scratch
 from mxc.runtime.backends import (
     Plan,
     RunRequest,
@@ -33,7 +32,8 @@ from mxc.runtime.local.deathwatch import DeathWatch
 from mxc.runtime.local.launcher import LocalLauncher
 from mxc.runtime.local.progress import ProgressBar
 from mxc.runtime.local.supervisor import Supervisor, SupervisorConfig
-from mxc.runtime.procfs import ProcessId
+from mxc.runtime.processes import scratch
+from mxc.runtime.processes.procfs import ProcessId
 from mxc.runtime.provenance import codepin, hostfacts, training
 from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir

@@ -39,9 +39,9 @@ def cancel(run: RunDir, record: RunRecord) -> RunRecord:
 def _end_lost(run: RunDir, record: RunRecord) -> RunRecord:
     """End the processes a lost run left (found by MXC_RUN_DIR, verified), remove its scratch
     directories, and close its record as cancelled, saying what was cleaned."""
-    from mxc.runtime.leftovers import end_run
-    from mxc.runtime.metrics_merge import write_merged
-    from mxc.runtime.procfs import pid_alive
+    from mxc.runtime.logs.metrics_merge import write_merged
+    from mxc.runtime.processes.leftovers import end_run
+    from mxc.runtime.processes.procfs import pid_alive
     from mxc.runtime.record import now_iso
 
     pid = (record.supervisor or {}).get("pid")

@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             received += chunk
     if received.startswith(DONE):
         return 0
-    from mxc.runtime.leftovers import end_run  # only now: a normal run never pays for the import
+    from mxc.runtime.processes.leftovers import end_run  # only now: a normal run never pays for the import
 
     cleanup = end_run(run_dir)
     _log_line(run_dir, f"[mxc] the supervisor (mxc run) died without ending the run: {cleanup.describe()}")

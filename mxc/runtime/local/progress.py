@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TextIO
 
-from mxc.runtime.trainlog import StepEvent
+from mxc.runtime.logs.trainlog import StepEvent
 
 WIDTH = 24
 RATE_WINDOW_S = 5.0

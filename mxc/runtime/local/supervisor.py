@@ -37,10 +37,10 @@ from mxc.runtime import detections
 from mxc.runtime.hooks import Launcher, RunObserver, TrainingProcess
 from mxc.runtime.local.progress import ProgressBar
 from mxc.runtime.local.startup import StartupTimes
-from mxc.runtime.metrics_merge import write_merged
+from mxc.runtime.logs.metrics_merge import write_merged
+from mxc.runtime.logs.trainlog import LogFollower, StepEvent
 from mxc.runtime.record import Attempt, RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
-from mxc.runtime.trainlog import LogFollower, StepEvent
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FATAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT,

@@ -43,12 +43,12 @@ from typing import Any
 
 from mxc.fsutil import write_atomic, write_json_atomic
 from mxc.node.contract import FILE as CONTRACT_FILE
-from mxc.runtime import scratch
 from mxc.runtime.contract import parse as parse_contract
 from mxc.runtime.observe.observer import Observability, observability_dir
 from mxc.runtime.observe.prometheus import write_targets
 from mxc.runtime.observe.ray_launcher import HEAD_TIMEOUT, RayHead
 from mxc.runtime.observe.ray_node_launch import CLUSTER_FILE, NODE_FILE
+from mxc.runtime.processes import scratch
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.slurm.events import NODE_STATUS
 
@@ -127,7 +127,7 @@ def _ray_failed(run: RunDir, args: argparse.Namespace, observer: Observability, 
 
 def launch_ray(run: RunDir, node: str, cluster: dict[str, Any] | None, dashboard: bool = False) -> RayHead:
     """Start this node's part of the job's Ray cluster: the head, or a node joining ``cluster``."""
-    temp = scratch.create(run.path)  # unix sockets: a short path, this user's alone (mxc.runtime.scratch)
+    temp = scratch.create(run.path)  # unix sockets: a short path, this user's alone (mxc.runtime.processes.scratch)
     # A Ray cluster spanning nodes cannot live on loopback: it listens on the nodes' network address.
     bind = node_address(os.environ.get("MXC_NET_IFACE", ""))
     log = run.path / "ray" / f"{node}.log"

@@ -41,13 +41,13 @@ from mxc.fsutil import read_json, write_json_atomic
 from mxc.node.contract import Observability as ObservabilitySettings
 from mxc.node.contract import RunContract
 from mxc.runtime.hooks import TrainingProcess
-from mxc.runtime.lifetime import tied_to_caller
 from mxc.runtime.observe import alert_notify, run_events, scrape_token, site_exporters
 from mxc.runtime.observe.alert_receiver import FILE as ALERTS_FILE
 from mxc.runtime.observe.alert_receiver import AlertLog, AlertReceiver
 from mxc.runtime.observe.prometheus import PrometheusServer, lower_priority, write_targets
 from mxc.runtime.observe.ray_launcher import RayHead, RayLauncher
-from mxc.runtime.procfs import ProcessId
+from mxc.runtime.processes.lifetime import tied_to_caller
+from mxc.runtime.processes.procfs import ProcessId
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
 
@@ -123,7 +123,7 @@ class Observability:
             self.start_services(run, bundle)
         finally:
             self.started.set()
-        # The helpers die with the thread that started them (setpriv --pdeathsig: mxc/runtime/lifetime.py),
+        # The helpers die with the thread that started them (setpriv --pdeathsig: mxc/runtime/processes/lifetime.py),
         # so this one lives until on_end has stopped them.
         self.finished.wait()
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mxc.errors import UserError
-from mxc.runtime.lifetime import tied_to_caller
+from mxc.runtime.processes.lifetime import tied_to_caller
 
 RETENTION = "100y"
 READY_TIMEOUT = 60.0

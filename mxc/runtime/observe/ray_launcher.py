@@ -14,11 +14,11 @@ Ray's own metrics (``--metrics-export-port``) land in the run's Prometheus next 
   explicit free ports for every Ray server (its defaults, 8265/10001/..., collide between
   runs on one machine).
 * Ray's unix sockets must fit in 107 bytes, so its temp dir is short: the run's own under
-  ``/tmp/mxc-<uid>/`` (``mxc.runtime.scratch``: this user's alone, never Ray's shared ``/tmp/ray``);
+  ``/tmp/mxc-<uid>/`` (``mxc.runtime.processes.scratch``: this user's alone, never Ray's shared ``/tmp/ray``);
   the logs are copied to ``<run>/ray/logs`` when the run ends and the temp dir is removed. A
   run killed before that leaves it to its death watch, ``mxc cancel`` or the next ``mxc run``.
 * Every Ray process of the run carries ``MXC_RUN_DIR`` in its environment, so what is left of
-  a killed run can be found (``mxc.runtime.leftovers``).
+  a killed run can be found (``mxc.runtime.processes.leftovers``).
 * The training subprocess runs in its own process group inside the actor (the same
   ``LocalLauncher`` as without Ray), its output appended to the run's log; exit codes and
   signals flow back through the actor. If the actor dies, the training is killed by its
@@ -43,11 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from mxc.fsutil import write_atomic
-from mxc.runtime import scratch
-from mxc.runtime.lifetime import tied_to_caller
 from mxc.runtime.local.launcher import LocalLauncher, LocalProcess
 from mxc.runtime.observe.prometheus import free_ports
-from mxc.runtime.procfs import ProcessId, session_processes
+from mxc.runtime.processes import scratch
+from mxc.runtime.processes.lifetime import tied_to_caller
+from mxc.runtime.processes.procfs import ProcessId, session_processes
 
 HEAD_TIMEOUT = 120.0
 # Ray runs workers at nice 15 by default; the training inherits its actor's priority, and at

@@ -22,7 +22,7 @@ from typing import Any
 from mxc.errors import UserError
 from mxc.runtime.observe.observer import tsdb_data
 from mxc.runtime.observe.prometheus import PrometheusAPI, PrometheusServer, readonly_copy
-from mxc.runtime.procfs import ProcessId
+from mxc.runtime.processes.procfs import ProcessId
 from mxc.runtime.record import RunRecord, epoch_seconds
 from mxc.runtime.rundir import RunDir
 

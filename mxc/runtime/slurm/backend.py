@@ -49,7 +49,7 @@ from mxc.runtime.backends import (
     recorded_environment,
     seed_checkpoint,
 )
-from mxc.runtime.metrics_merge import write_merged
+from mxc.runtime.logs.metrics_merge import write_merged
 from mxc.runtime.provenance import hostfacts, training
 from mxc.runtime.provenance.environment import scrubbed
 from mxc.runtime.record import FINISHED, RunRecord, SlurmJob, SlurmState, iso_time, now_iso

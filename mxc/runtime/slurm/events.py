@@ -29,6 +29,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from mxc.fsutil import open_regular, read_json, read_text, write_atomic
 from mxc.node import events as ev
 from mxc.node import layout, policy
+from mxc.runtime.logs.trainlog import RESTORE_LINE, STEP_PREFIX
 from mxc.runtime.record import (
     Attempt,
     Decision,
@@ -40,7 +41,6 @@ from mxc.runtime.record import (
     iso_time,
 )
 from mxc.runtime.rundir import RunDir
-from mxc.runtime.trainlog import RESTORE_LINE, STEP_PREFIX
 
 BATCH_EVENTS = layout.BATCH_EVENTS
 RESUBMIT_REQUEST = layout.RESUBMIT_REQUEST

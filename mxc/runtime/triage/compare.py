@@ -18,7 +18,7 @@ from typing import Any
 from mxc.compiler.diff import Change, diff_specs
 from mxc.node import integrity
 from mxc.runtime import detections
-from mxc.runtime.metrics_merge import LOSS_KEY, read_lines
+from mxc.runtime.logs.metrics_merge import LOSS_KEY, read_lines
 from mxc.runtime.provenance import training
 from mxc.runtime.provenance.hostfacts import Drift
 from mxc.runtime.provenance.hostfacts import compare as compare_facts

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mxc.fsutil import open_regular
-from mxc.runtime.trainlog import RESTORE_LINE, STEP_PREFIX
+from mxc.runtime.logs.trainlog import RESTORE_LINE, STEP_PREFIX
 from mxc.runtime.triage.catalog import Catalog
 
 MAX_TEXT = 1000  # characters of a line kept as evidence (tensorstore errors run to several KB)

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mxc.runtime import scratch
-from mxc.runtime.procfs import ProcessId, command_line, processes_with_env
+from mxc.runtime.processes import scratch
+from mxc.runtime.processes.procfs import ProcessId, command_line, processes_with_env
 
 RUN_MARKER = "MXC_RUN_DIR"
 GRACE_SECONDS = 10.0

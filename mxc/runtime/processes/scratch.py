@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from mxc.fsutil import read_json, write_atomic
-from mxc.runtime.procfs import ProcessId, processes_with_env
+from mxc.runtime.processes.procfs import ProcessId, processes_with_env
 
 OWNER = "owner.json"
 
