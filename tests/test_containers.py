@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from mxc.node import container, envmerge, layout
+from mxc.node.imagecache import ImageError
 from mxc.node.contract import RunContract, parse
 from tests.conftest import Mxc
 from tests.test_images import podman, podman_env
@@ -110,10 +111,11 @@ def test_compose_appends_prepends_and_replaces_with_the_right_separator(tmp_path
 def test_run_json_appends_xla_flags_by_default_and_env_merge_decides_per_variable(mxc: Mxc, mxc_home: Path,
                                                                                   tmp_path: Path) -> None:
     plain = contract_of(build(mxc, mxc_home, write_spec(tmp_path, "podman")))
-    assert plain.env_merge == [("XLA_FLAGS", "append")]
-    spec = write_spec(tmp_path, "podman", env_extra="  merge:\n    XLA_FLAGS: replace\n    LD_LIBRARY_PATH: prepend\n")
+    # the defaults: the spec's flags after the image's, its library directory before the driver's
+    assert plain.env_merge == [("LD_LIBRARY_PATH", "prepend"), ("XLA_FLAGS", "append")]
+    spec = write_spec(tmp_path, "podman", env_extra="  merge:\n    XLA_FLAGS: replace\n    LD_LIBRARY_PATH: append\n")
     merged = contract_of(build(mxc, mxc_home, spec))
-    assert merged.env_merge == [("LD_LIBRARY_PATH", "prepend")]  # replace is the absence of a mode
+    assert merged.env_merge == [("LD_LIBRARY_PATH", "append")]  # replace is the absence of a mode
 
 
 # ---- command lines from rendered bundles -----------------------------------------------------------
@@ -125,7 +127,6 @@ OPTIONS = """\
     devices: [/dev/infiniband]
     group_add: [{group}]
     ulimits: {{memlock: -1, nofile: "1048576", stack: "8192:-1"}}
-    shm_size: 64g
     cap_add: [SYS_PTRACE]
 """
 
@@ -142,8 +143,7 @@ def test_podman_and_docker_command_lines(kind: str, mxc: Mxc, mxc_home: Path, tm
         kind, "run", "--rm", "--network=host", "--ipc=host", "--security-opt=label=disable",
         "--device=/dev/kfd", "--device=/dev/dri/renderD129",
         "--device=/dev/infiniband", f"--group-add={group}", "--ulimit=memlock=-1:-1", "--ulimit=nofile=1048576:1048576",
-        "--ulimit=stack=8192:-1",
-        "--shm-size=64g", "--cap-add=SYS_PTRACE",
+        "--ulimit=stack=8192:-1", "--cap-add=SYS_PTRACE",
         "--volume", f"{run}:{run}", "--volume", f"{run / 'output'}:{run / 'output'}", "--volume", f"{node}:{node}:ro",
         "--volume", "/data:/data:ro", "--volume", "/dev/infiniband:/dev/infiniband", *user,
         f"registry.example/maxtext:rocm@{DIGEST}",
@@ -182,6 +182,12 @@ def test_apptainer_command_line_cleanenv_and_without_gpu_libraries(mxc: Mxc, mxc
     ("podman", "    ulimits: {nofiles: '1'}\n", "runtime.container_options.ulimits.nofiles"),
     ("podman", "    ulimits: {nofile: -2}\n", "runtime.container_options.ulimits.nofile"),
     ("podman", "    devices: ['/dev/x y']\n", "runtime.container_options.devices.0"),
+    # podman: "cannot set shmsize when running in the {host } IPC Namespace" (4.3.1, measured here)
+    ("podman", "    shm_size: 64g\n", "runtime.container_options.shm_size: mxc runs podman with --ipc=host"),
+    ("docker", "    shm_size: 64g\n", "runtime.container_options.shm_size: mxc runs docker with --ipc=host"),
+    # podman: "ulimit soft limit must be less than or equal to hard limit"
+    ("podman", "    ulimits: {nofile: '2048:1024'}\n", "runtime.container_options.ulimits.nofile: soft limit 2048"),
+    ("docker", "    ulimits: {core: '-1:100'}\n", "runtime.container_options.ulimits.core: soft limit -1"),
 ])
 def test_container_options_a_runtime_cannot_take_fail_at_build(kind: str, options: str, expected: str, mxc: Mxc,
                                                                 tmp_path: Path) -> None:
@@ -226,6 +232,10 @@ def test_slurm_env_is_exported_before_the_job_step_and_validated(mxc: Mxc, mxc_h
         bad = write_spec(tmp_path, "podman", resources_extra=f"  slurm_env:\n    {name}: '1'\n")
         out = mxc("build", str(bad), cwd=tmp_path)
         assert out.returncode == 2 and "resources.slurm_env" in out.stderr and why in out.stderr, out.stderr
+    # one line: a value that ends in a newline is refused too ("$" matches before a final newline)
+    newline = write_spec(tmp_path, "podman", resources_extra='  slurm_env:\n    SLURM_TREE_WIDTH: "128\\n"\n')
+    out = mxc("build", str(newline), cwd=tmp_path)
+    assert out.returncode == 2 and "'SLURM_TREE_WIDTH': a value must be one line" in out.stderr, out.stderr
 
 
 # ---- executed with podman: an image that sets XLA_FLAGS -------------------------------------------
@@ -281,10 +291,10 @@ def docker_env(podman_env: dict[str, str], tmp_path_factory: pytest.TempPathFact
 @pytest.mark.parametrize("kind", ["podman", "docker"])
 @pytest.mark.parametrize(("merge", "expected"), [
     ("", {"XLA_FLAGS": "--xla_image_flag=1 --xla_gpu_enable_latency_hiding_scheduler=true",
-          "LD_LIBRARY_PATH": "/spec/lib"}),
+          "LD_LIBRARY_PATH": "/spec/lib:/image/lib"}),  # the image's driver path stays
     ("  merge:\n    XLA_FLAGS: replace\n    LD_LIBRARY_PATH: append\n",
      {"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true", "LD_LIBRARY_PATH": "/image/lib:/spec/lib"}),
-], ids=["default-append", "replace"])
+], ids=["default-append-prepend", "replace"])
 def test_the_container_joins_the_images_xla_flags_as_the_spec_says(kind: str, merge: str, expected: dict[str, str],
                                                                    xla_image: tuple[str, str],
                                                                    request: pytest.FixtureRequest, mxc: Mxc,
@@ -367,3 +377,62 @@ def test_the_record_keeps_an_allow_listed_redacted_part_of_what_training_saw(tmp
     got = training.rank0(run, {"env": {"vars": {"SITE_VAR": "from the spec"}}})
     assert got == {"attempt": 1, "container": "podman", "skipped_mounts": ["/a:/b"],
                    "environment": {"NCCL_DEBUG": "WARN", "SITE_VAR": "from the spec", "XLA_FLAGS": "--xla_dump_to=/tmp/***"}}
+
+
+# ---- review findings: precedence as natively, odd sysfs, big images ------------------------------
+
+
+def test_the_nodes_per_rank_facts_win_over_the_spec_in_a_container_as_natively(mxc: Mxc, mxc_home: Path,
+                                                                              tmp_path: Path) -> None:
+    """Natively rank.py sets the coordinator, rank and network after composing the spec's values; in a
+    container they must win the same way, or every rank says it is the spec's constant."""
+    node = {"NODE_RANK": "1", "JAX_PROCESS_ID": "1", "NCCL_SOCKET_IFNAME": "ib0", "CUDA_VISIBLE_DEVICES": "3"}
+    spec_env = [("NODE_RANK", "0"), ("JAX_PROCESS_ID", "0"), ("NCCL_SOCKET_IFNAME", "eth0"), ("CUDA_VISIBLE_DEVICES", "0")]
+    for kind in ("podman", "apptainer"):
+        c = contract_of(build(mxc, mxc_home, write_spec(tmp_path, kind))).container
+        seen = envmerge.apply({}, container.container_env(c, node, spec_env, {}, None))
+        assert (seen["NODE_RANK"], seen["JAX_PROCESS_ID"], seen["NCCL_SOCKET_IFNAME"]) == ("1", "1", "ib0"), kind
+        # GPU visibility is only inherited (apptainer passes Slurm's): a spec's own value wins, as natively
+        assert seen["CUDA_VISIBLE_DEVICES"] == "0", kind
+
+
+def test_odd_kfd_topology_files_are_skipped_never_fatal(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes"
+    for n, (props, gpu_id) in enumerate([(b"cpu_cores_count 64\n", b"0\n"),          # a CPU agent
+                                         (b"drm_render_minor 128\n", b"1234\n"),      # a GPU
+                                         (b"\xff\xfe drm_render_minor \n", b"77\n"),  # undecodable, no value
+                                         (b"drm_render_minor x12\n", b"78\n"),        # not a number
+                                         (b"drm_render_minor 131\n", b"79\n")]):
+        (nodes / str(n)).mkdir(parents=True)
+        (nodes / str(n) / "properties").write_bytes(props)
+        (nodes / str(n) / "gpu_id").write_bytes(gpu_id)
+    assert container.kfd_render_minors(nodes) == [128, 131]
+    assert container.podman_devices("amd", [1], nodes) == ["--device=/dev/kfd", "--device=/dev/dri/renderD131"]
+
+
+def test_a_sif_is_hashed_in_chunks_and_the_stage_deadline_stops_it(tmp_path: Path) -> None:
+    import hashlib
+
+    sif = tmp_path / "x.sif"
+    with open(sif, "wb") as fh:  # 24 MiB, three chunks
+        fh.truncate(24 << 20)
+    digest = "sha256:" + hashlib.sha256(bytes(24 << 20)).hexdigest()
+    container._verify_sha256(sif, digest)  # the right digest passes
+    with pytest.raises(ImageError, match="the spec pins sha256:00"):
+        container._verify_sha256(sif, "sha256:" + "0" * 64)
+    with pytest.raises(ImageError, match="still hashing it when the image stage's time was up"):
+        container._verify_sha256(sif, digest, deadline=time.monotonic() - 1)
+
+
+def test_a_run_no_allocation_names_gets_every_gpu(tmp_path: Path) -> None:
+    """A local podman run (no SLURM_*, no *_VISIBLE_DEVICES) must not start with no GPU at all."""
+    nodes = tmp_path / "nodes"
+    for n, minor in enumerate((128, 129)):
+        (nodes / str(n)).mkdir(parents=True)
+        (nodes / str(n) / "properties").write_text(f"drm_render_minor {minor}\n")
+        (nodes / str(n) / "gpu_id").write_text(f"{100 + n}\n")
+    assert container.allocated_gpus({}) is None and container.allocated_gpus({"SLURM_STEP_GPUS": "1"}) == [1]
+    assert container.podman_devices("nvidia", None, nodes) == ["--device=nvidia.com/gpu=all"]
+    assert container.podman_devices("amd", None, nodes) == [
+        "--device=/dev/kfd", "--device=/dev/dri/renderD128", "--device=/dev/dri/renderD129"]
+    assert container.podman_devices("none", None, nodes) == []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mxc.node import detect, layout
+from mxc.node import detect, envmerge, layout
 from mxc.runtime import detections
 from tests.conftest import REPO, Mxc
 
@@ -275,3 +275,27 @@ def test_a_spec_names_known_detectors_only(mxc: Mxc, mxc_home: Path, tmp_path: P
     assert good.returncode == 0, good.stderr
     run_json = json.loads((mxc_home / "bundles" / good.stdout.strip() / "run.json").read_text())
     assert run_json["detect"] == ["socket_ifname", "dmabuf"]  # in the spec's order, the order they run in
+
+
+# ---- in a container: the image's environment is the base
+
+
+def test_in_a_container_detection_fills_what_the_image_leaves_unset_and_the_guard_still_lowers() -> None:
+    found = {"NCCL_DMABUF_ENABLE": "1", "NCCL_IB_HCA": "=mlx5_0", "NCCL_IB_GID_INDEX": "3"}
+    image = {"NCCL_DMABUF_ENABLE": "0", "NCCL_IB_HCA": "=mlx5_1"}
+    modes = detect.container_modes(found)
+    joined = envmerge.apply(image, [(name, value, modes[name]) for name, value in found.items()])
+    # the image's deliberate 0 is never raised to 1, its HCA list is kept, the unset GID index is filled
+    assert joined == {"NCCL_DMABUF_ENABLE": "0", "NCCL_IB_HCA": "=mlx5_1", "NCCL_IB_GID_INDEX": "3"}
+    guard = detect.container_modes({"NCCL_DMABUF_ENABLE": "0"})["NCCL_DMABUF_ENABLE"]
+    lowered = envmerge.apply({"NCCL_DMABUF_ENABLE": "1"}, [("NCCL_DMABUF_ENABLE", "0", guard)])
+    assert lowered == {"NCCL_DMABUF_ENABLE": "0"}
+
+
+def test_a_corrupt_packed_kernel_config_reads_as_unreadable(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    set_kernel(root, "6.8.0-107-generic", None)
+    (root / "proc").mkdir(exist_ok=True)
+    (root / "proc/config.gz").write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 64)  # a gzip header, then garbage
+    found = detect.detect_dmabuf(detect.Node(root))
+    assert found.values == {"NCCL_DMABUF_ENABLE": "0"} and found.reason.startswith("kernel config unreadable")

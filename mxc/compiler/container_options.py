@@ -24,6 +24,13 @@ def problem(kind: str, opts: ContainerOptions) -> str | None:
         if used or not opts.gpu_libraries:
             return f"{(used or ['gpu_libraries'])[0]}: runtime.container is native; container options need a container"
         return None
+    if kind in OCI_RUNTIMES and opts.shm_size is not None:
+        return (f"shm_size: mxc runs {kind} with --ipc=host, so the container shares the host's /dev/shm "
+                "(podman refuses --shm-size with it); remove it, or size the host's /dev/shm")
+    for name, value in sorted(opts.ulimits.items()):
+        soft, _, hard = _limit(value).partition(":")
+        if hard != "-1" and (soft == "-1" or int(soft) > int(hard)):
+            return f"ulimits.{name}: soft limit {soft} is above hard limit {hard} (-1 is unlimited); write soft:hard"
     if kind == "docker" and "keep-groups" in opts.group_add:
         return "group_add: keep-groups is podman's (rootless, crun); docker takes group names or numbers"
     if kind == "apptainer":

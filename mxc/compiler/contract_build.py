@@ -91,11 +91,18 @@ def _environment(spec: JobSpec, variables: Mapping[str, Scalar], flags: Mapping[
     return sorted(env.items())
 
 
+# XLA_FLAGS: appended (MaxText-Slurm's practice: the image's flags stay, the spec's come last and win).
+# LD_LIBRARY_PATH: prepended, never replaced: Apptainer's --nv/--rocm bind the host's driver libraries
+# into /.singularity.d/libs and put that on the image's LD_LIBRARY_PATH, and a site module's CUDA/ROCm
+# libraries are on the node's; replacing either loses the GPU driver.
+DEFAULT_MERGE = {"XLA_FLAGS": "append", "LD_LIBRARY_PATH": "prepend"}
+
+
 def env_merge(spec: JobSpec) -> list[tuple[str, str]]:
-    """(variable, mode) for every variable the spec sets whose value joins the image's: env.merge, and
-    XLA_FLAGS appended by default (MaxText-Slurm's practice: the image's flags stay, the spec's come last)."""
+    """(variable, mode) for every variable the spec sets whose value joins the image's: env.merge, over
+    the defaults ``DEFAULT_MERGE``."""
     names = {name for name, _ in environment(spec)} | {n for r in rank_environments(spec) for n, _ in r.env}
-    modes = {"XLA_FLAGS": "append"} if "XLA_FLAGS" in names else {}
+    modes = {name: mode for name, mode in DEFAULT_MERGE.items() if name in names}
     modes.update(spec.env.merge)
     return sorted((name, mode) for name, mode in modes.items() if mode != "replace")
 

@@ -322,7 +322,8 @@ class Env(EnvValues):
         default_factory=dict, description="how a spec value meets the value the image already has (native: the "
         "node's environment), per variable: replace, append (the image's value, then the spec's) or prepend; joined "
         "by ':' for *PATH variables, a space otherwise. Default: XLA_FLAGS append (the spec's flags come last, so "
-        "they win), every other variable replace (docs/containers.md)"
+        "they win), LD_LIBRARY_PATH prepend (the GPU driver's libraries stay), every other variable replace "
+        "(docs/containers.md)"
     )
 
     @field_validator("detect")
@@ -467,7 +468,8 @@ class ContainerOptions(Strict):
         default_factory=dict, description="resource limits, soft[:hard], -1 unlimited (podman/docker --ulimit), "
         "e.g. {memlock: -1, nofile: '1048576:1048576'}")
     shm_size: Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,12}[kmgKMG]?$")] | None = Field(
-        None, description="size of /dev/shm (podman/docker --shm-size), e.g. 64g; with --ipc=host the host's is used")
+        None, description="size of /dev/shm: refused by every runtime (podman and docker run with --ipc=host, "
+        "apptainer shares the host's /dev/shm): the container's /dev/shm is the host's, size that one")
     cap_add: list[Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z_]{1,31}$")]] = Field(
         default_factory=list, description="Linux capabilities without CAP_, e.g. SYS_PTRACE (podman/docker --cap-add, "
         "apptainer --add-caps)")

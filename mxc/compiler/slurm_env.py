@@ -22,7 +22,7 @@ OUTPUT_NAMES = frozenset({
     "SLURM_MEM_PER_NODE", "SLURM_MEM_PER_CPU", "SLURM_MEM_PER_GPU", "SLURM_NODE_ALIASES", "SLURM_PTY_PORT",
 })
 # sbatch --export values and #SBATCH lines cannot hold these; a value stays on one line.
-_VALUE = re.compile(r"^[^\n\r\x00]*$")
+_VALUE = re.compile(r"[^\n\r\x00]*")  # used with fullmatch: "$" would let a final newline through
 
 
 def problem(name: str, value: str) -> str | None:
@@ -31,6 +31,6 @@ def problem(name: str, value: str) -> str | None:
         return f"not a Slurm input variable (names start with {', '.join(PREFIXES)}); training variables go in env.vars"
     if name in OUTPUT_NAMES or name.startswith(OUTPUT_PREFIXES):
         return "Slurm sets it for the job itself (the node program reads it); a spec must not"
-    if not _VALUE.match(value):
+    if not _VALUE.fullmatch(value):
         return "a value must be one line"
     return None

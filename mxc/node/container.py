@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from . import atomicfile, envmerge, imagecache, layout
+from . import atomicfile, envmerge, imagecache, layout, sysread
 from .contract import Container, RunContract
 from .imagecache import ImageError
 
@@ -94,7 +94,7 @@ def prepare(c: Container, python: str, cache: Path, deadline: float) -> Image:
     if c.kind == "apptainer":
         sif = sif_path(c, cache)
         if c.image_ref and c.image_ref.endswith(".sif"):
-            _verify_sha256(sif, c.image_digest or "")
+            _verify_sha256(sif, c.image_digest or "", deadline)
             return Image(str(sif), "verified")
 
         def fetch(tmp: Path, seconds_left: float) -> None:
@@ -106,22 +106,30 @@ def prepare(c: Container, python: str, cache: Path, deadline: float) -> Image:
     raise ImageError(f"unknown runtime.container {c.kind!r}")
 
 
-def _verify_sha256(path: Path, digest: str) -> None:
+def _verify_sha256(path: Path, digest: str, deadline: float = float("inf")) -> None:
+    """A SIF is 10-30 GB: hashed in chunks (never held in memory), the stage's deadline checked between them."""
+    sha = hashlib.sha256()
     try:
-        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(8 << 20), b""):
+                sha.update(chunk)
+                if time.monotonic() >= deadline:
+                    raise ImageError(f"image {path}: still hashing it when the image stage's time was up")
     except OSError as exc:
         raise ImageError(f"image {path}: {exc.strerror or exc}") from None
+    actual = sha.hexdigest()
     if f"sha256:{actual}" != digest:
         raise ImageError(f"image {path} has digest sha256:{actual}, the spec pins {digest}")
 
 
-def allocated_gpus(env: Mapping[str, str]) -> list[int]:
-    """Slurm's global GPU indices for this task (the visible-device variables may be renumbered)."""
+def allocated_gpus(env: Mapping[str, str]) -> list[int] | None:
+    """Slurm's global GPU indices for this task (the visible-device variables may be renumbered);
+    None when nothing says which (a local run: every GPU of the machine is the run's)."""
     for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
         value = env.get(name, "")
         if value:
             return [int(x) for x in value.split(",") if x.strip().isdigit()]
-    return []
+    return None
 
 
 def kfd_render_minors(kfd_nodes: Path) -> list[int]:
@@ -130,22 +138,28 @@ def kfd_render_minors(kfd_nodes: Path) -> list[int]:
     n = 0
     while (kfd_nodes / str(n) / "properties").exists():
         node = kfd_nodes / str(n)
-        try:
-            props = dict(line.split(None, 1) for line in (node / "properties").read_text().splitlines() if " " in line)
-            gpu_id = (node / "gpu_id").read_text().strip()
-        except OSError:
-            gpu_id, props = "0", {}
-        if gpu_id not in ("", "0") and "drm_render_minor" in props:
-            minors.append(int(props["drm_render_minor"]))
         n += 1
+        # bounded, undecodable bytes replaced; a node whose files make no sense is skipped, never fatal
+        text, gpu_id = sysread.read_text(node / "properties", 1 << 20), sysread.read_text(node / "gpu_id", 256)
+        props = {}
+        for line in (text or "").splitlines():
+            words = line.split()
+            if len(words) == 2:
+                props[words[0]] = words[1]
+        minor = props.get("drm_render_minor", "")
+        if gpu_id not in (None, "", "0") and minor.isdigit():
+            minors.append(int(minor))
     return minors
 
 
-def podman_devices(vendor: str, gpus: list[int], kfd_nodes: Path) -> list[str]:
+def podman_devices(vendor: str, gpus: list[int] | None, kfd_nodes: Path) -> list[str]:
+    """The GPU devices a podman/docker container gets: the task's (``gpus``), or every one (None)."""
     if vendor == "nvidia":
-        return [f"--device=nvidia.com/gpu={i}" for i in gpus]
+        return ["--device=nvidia.com/gpu=all"] if gpus is None else [f"--device=nvidia.com/gpu={i}" for i in gpus]
     if vendor == "amd":
         minors = kfd_render_minors(kfd_nodes)
+        if gpus is None:
+            return ["--device=/dev/kfd"] + [f"--device=/dev/dri/renderD{minor}" for minor in minors]
         return ["--device=/dev/kfd"] + [
             f"--device=/dev/dri/renderD{minors[i] if i < len(minors) else 128 + i}" for i in gpus]
     return []
@@ -165,11 +179,17 @@ def container_env(c: Container, env: Mapping[str, str], spec_env: list[tuple[str
                   code_path: str | None) -> list[tuple[str, str, str]]:
     """What a container's envmerge.py joins, in order, as (name, value, mode): the spec's values as
     written (the image's join them there, as ``modes`` says), the node's facts from ``env``
-    (apptainer: and the GPUs Slurm gave the task), and the code checkout first on PYTHONPATH."""
-    names = [*PODMAN_PASSED, *(GPU_VISIBILITY if c.kind == "apptainer" else ())]
+    (apptainer: and the GPUs Slurm gave the task), and the code checkout first on PYTHONPATH.
+
+    The precedence is a native run's (rank.py): the node's per-rank facts (coordinator, rank,
+    network interface, MXC_*) are set after the spec's values and win over them, or every
+    container rank would say it is the spec's constant; the GPU visibility Slurm gives is only
+    inherited, so a spec's own value wins there."""
     spec_names = {name for name, _ in spec_env}
     out = [(name, value, modes.get(name, "replace")) for name, value in spec_env]
-    out += [(name, env[name], "replace") for name in names if name in env and name not in spec_names]
+    out += [(name, env[name], "replace") for name in PODMAN_PASSED if name in env]
+    if c.kind == "apptainer":
+        out += [(name, env[name], "replace") for name in GPU_VISIBILITY if name in env and name not in spec_names]
     if code_path:
         out.append(("PYTHONPATH", code_path, "prepend"))
     return out

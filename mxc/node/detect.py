@@ -28,6 +28,7 @@ import json
 import re
 import shutil
 import subprocess
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -325,7 +326,7 @@ def _kernel_config(node: Node, release: str) -> tuple[str | None, str]:
     if packed is not None:
         try:
             return gzip.decompress(packed).decode("utf-8", "replace"), str(node.root / "proc/config.gz")
-        except (OSError, EOFError):
+        except (OSError, EOFError, zlib.error):  # corrupt: as unreadable (the guard then says 0)
             pass
     return None, f"{boot} and {node.root / 'proc/config.gz'}"
 
@@ -365,6 +366,15 @@ DETECTORS: dict[str, Detector] = {d.name: d for d in (
     Detector("socket_ifname", ("NCCL_SOCKET_IFNAME",), detect_socket_ifname),
     Detector("dmabuf", ("NCCL_DMABUF_ENABLE",), detect_dmabuf, guard=True),
 )}
+# Variables a guard may lower: its "0" overrides a value set anywhere, the image's included.
+GUARDED = frozenset(name for d in DETECTORS.values() if d.guard for name in d.variables)
+
+
+def container_modes(updates: Mapping[str, str]) -> dict[str, str]:
+    """How each value detection set joins a container image's environment (envmerge modes): only
+    where the image leaves the variable unset ("default": an image's deliberate setting is kept,
+    as a node's is natively), except a guard's "0", which lowers whatever the image says."""
+    return {name: "replace" if name in GUARDED and value == "0" else "default" for name, value in updates.items()}
 
 
 # ---- what reaches training

@@ -19,7 +19,9 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-MODES = ("replace", "append", "prepend")
+# replace | append | prepend: a spec's env.merge. default: set only where the base leaves the variable
+# unset or empty (what env.detect found on a node, for a container: the image's own value wins).
+MODES = ("replace", "append", "prepend", "default")
 # Words of a variable name that may mean it holds a secret: such a variable is left out of the
 # written environment (mxc's record applies its own allow-list and redaction on top).
 SECRETISH = frozenset({"TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASS", "PWD", "CREDENTIAL",
@@ -33,10 +35,12 @@ def separator(name: str) -> str:
 
 
 def join(name: str, old: str, value: str, mode: str) -> str:
-    """``value`` set over ``old``: replaced, or joined after (append) or before (prepend) it. An
-    empty side is not joined (no stray separator)."""
+    """``value`` set over ``old``: replaced, joined after (append) or before (prepend) it, or only
+    where ``old`` is empty (default). An empty side is not joined (no stray separator)."""
     if mode not in MODES:
         raise ValueError(f"{name}: unknown merge mode {mode!r}")
+    if mode == "default":
+        return old or value
     if mode == "replace" or not old:
         return value
     if not value:

@@ -83,6 +83,7 @@ class Rank:
         self.stage_name = "setup"
         self.events = layout.rank_events(self.run, self.rank)
         self.detected: list[str] = []  # variables env.detect set for training (detect.py)
+        self.detected_modes: dict[str, str] = {}  # how each joins a container image's value (envmerge)
 
     # ---- output
 
@@ -142,7 +143,12 @@ class Rank:
         if note:
             self.log(note)
         env = self._environment(contract, output_dir)
-        env.update(self._detect(contract.detect, env))
+        # In a container, training starts from the image's environment, not this node's: detectors
+        # judge against the spec's values only, and what they find reaches the container so that the
+        # image's own value wins (envmerge "default"), except a guard's "0" (detect.GUARDED).
+        judged = env if contract.container.kind == "native" else envmerge.compose({}, self.spec_env,
+                                                                                  dict(contract.env_merge))
+        env.update(self._detect(contract.detect, judged))
         choice = netif.choose_interface(Path("/sys/class/net"), configured=contract.network.interface,
                                         nccl_spec=env.get("NCCL_SOCKET_IFNAME"), coordinator=self.coordinator or None,
                                         route_to=netif.route_via_ip)
@@ -270,6 +276,7 @@ class Rank:
         except OSError as exc:
             self.log(f"cannot write {layout.detected(self.run, self.rank)}: {exc}")
         self.detected = sorted(updates)
+        self.detected_modes = detect.container_modes(updates)
         return updates
 
     def _place_config(self, name: str) -> Path:
@@ -311,7 +318,7 @@ class Rank:
         # what the container's envmerge.py joins: the spec's values, then what env.detect found on this node
         wanted = [*self.spec_env, *((name, env[name]) for name in self.detected if name in env)]
         launch = container.launcher(contract.container, python, image, train_env, self.run, output_dir, code_dir,
-                                    wanted, dict(contract.env_merge),
+                                    wanted, {**dict(contract.env_merge), **self.detected_modes},
                                     f"{code_dir}/{contract.train.pythonpath}" if code_dir else None,
                                     Path(__file__).resolve().parent, layout.env_request(self.run, self.rank, self.attempt),
                                     workdir=contract.train.workdir)
