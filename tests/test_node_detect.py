@@ -148,14 +148,14 @@ def test_socket_ifname_prefers_a_private_range_and_skips_bridges(tmp_path: Path)
     """Recorded here: the 10.x address is a podman bridge's, so eth0 (192.0.2.2, no private range) wins."""
     node = detect.Node(make_root(tmp_path, net="net-vm"), runner({"ip": (0, recorded("ip-addr-vm.txt"))}))
     found = detect.detect_socket_ifname(node)
-    assert found.values == {"NCCL_SOCKET_IFNAME": "eth0"}
+    assert found.values == {"NCCL_SOCKET_IFNAME": "=eth0"}
     assert found.reason == "eth0 has 192.0.2.2 (no private range)"
     assert found.inputs["operstate"] == {"eth0": "up", "cni-podman0": "down"}
 
 
 def test_socket_ifname_takes_10_over_192_168() -> None:
     found = detect.detect_socket_ifname(detect.Node(run=runner({"ip": (0, recorded("ip-addr-nccl177.txt"))})))
-    assert found.values == {"NCCL_SOCKET_IFNAME": "bond0.2973"}
+    assert found.values == {"NCCL_SOCKET_IFNAME": "=bond0.2973"}
     assert found.reason == "bond0.2973 has 10.0.106.189 (10.0.0.0/8)"
 
 

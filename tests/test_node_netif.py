@@ -87,7 +87,7 @@ def test_kinds_in_order_infiniband_first(tmp_path: Path) -> None:
                               "docker0": "up", "ib1": "down"})
     choice = choose(net)
     assert (choice.name, choice.reason) == ("ib0", "first up InfiniBand interface (ib*)")
-    assert choice.nccl_socket_ifname == "ib0" and choice.warning is None
+    assert choice.nccl_socket_ifname == "=ib0" and choice.warning is None
     assert choice.candidates == ["ib0", "hsn0", "bond0", "eno1", "docker0", "lo"]
     (net / "ib0" / "operstate").write_text("down\n")
     assert choose(net).name == "hsn0"
@@ -117,7 +117,7 @@ def test_the_route_to_the_coordinator_comes_before_ethernet(tmp_path: Path) -> N
 def test_loopback_last_with_a_warning(tmp_path: Path) -> None:
     net = make_net(tmp_path, {"lo": "unknown", "eth0": "down", "docker0": "up"})
     choice = choose(net)
-    assert (choice.name, choice.nccl_socket_ifname) == ("lo", "lo")
+    assert (choice.name, choice.nccl_socket_ifname) == ("lo", "=lo")
     assert choice.warning is not None and "runtime.network_interface" in choice.warning
     assert choice.candidates == ["docker0", "lo"]
     assert choose(tmp_path / "no-such-dir").name == "lo"
@@ -127,7 +127,7 @@ def test_configured_interface_is_taken_as_it_is(tmp_path: Path) -> None:
     net = make_net(tmp_path, {"ib0": "up", "ens1f0np0": "up", "ens2": "down"})
     routes = Routes({"10.0.0.1": "ib0"})
     choice = choose(net, configured="ens1f0np0", spec="ib", coordinator="10.0.0.1:1", routes=routes)
-    assert (choice.name, choice.nccl_socket_ifname, choice.reason) == ("ens1f0np0", "ens1f0np0",
+    assert (choice.name, choice.nccl_socket_ifname, choice.reason) == ("ens1f0np0", "=ens1f0np0",
                                                                         "runtime.network_interface")
     assert routes.asked == []
     down = choose(net, configured="ens2")
@@ -242,3 +242,11 @@ def test_rdma_reader_tolerates_odd_trees(tmp_path: Path) -> None:
     (tmp_path / "bnxt_re0" / "ports" / "1" / "gids" / "0").write_bytes(b"\x00" * 100000)
     [port] = netif.rdma_devices(tmp_path)
     assert port.device == "bnxt_re0" and not port.active and port.link_layer == "" and port.gids == []
+
+
+def test_what_mxc_chooses_names_exactly_that_interface_for_nccl() -> None:
+    """A bare name is a prefix to NCCL: ib0 would also take an IPoIB child ib0.8001, eth1 also eth10."""
+    names = ["ib0", "ib0.8001", "ib01", "eth1", "eth10"]
+    assert [n for n in names if netif.nccl_match(n, "ib0")] == ["ib0", "ib0.8001", "ib01"]
+    assert [n for n in names if netif.nccl_match(n, netif.exact("ib0"))] == ["ib0"]
+    assert [n for n in names if netif.nccl_match(n, netif.exact("eth1"))] == ["eth1"]

@@ -309,7 +309,8 @@ def detect_socket_ifname(node: Node) -> Detection:
                          f"(skipped: {', '.join(sorted(states)) or 'none listed'})", inputs)
     tier, address, _, name = min(candidates)
     where = ADDRESS_TIERS[tier][1] if tier < len(ADDRESS_TIERS) else "no private range"
-    return Detection("socket_ifname", {"NCCL_SOCKET_IFNAME": name}, f"{name} has {address} ({where})", inputs)
+    return Detection("socket_ifname", {"NCCL_SOCKET_IFNAME": netif.exact(name)}, f"{name} has {address} ({where})",
+                     inputs)
 
 
 # ---- DMABUF guard: kernel version and build options

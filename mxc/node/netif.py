@@ -43,6 +43,12 @@ LOOPBACK_WARNING = ("only loopback is usable; fine when all processes share this
                     "else set runtime.network_interface")
 
 
+def exact(name: str) -> str:
+    """NCCL_SOCKET_IFNAME for exactly ``name``: a bare name is a prefix to NCCL/RCCL (``ib0`` also
+    takes ``ib0.8001`` and ``ib01``, ``eth1`` also ``eth10``), ``=name`` is that interface only."""
+    return "=" + name
+
+
 @dataclass(frozen=True)
 class InterfaceChoice:
     """The interface chosen, why, and what NCCL/RCCL are told.
@@ -54,7 +60,7 @@ class InterfaceChoice:
     name: str
     reason: str
     candidates: list[str]  # the interfaces that are up, in the order the tiers looked at them
-    nccl_socket_ifname: str  # the configured name, the environment's spec as it is, or ``name``
+    nccl_socket_ifname: str  # the environment's spec as it is, else ``=name`` (exact(): that one interface)
     warning: str | None = None  # worth logging when processes span machines
 
     @property
@@ -155,7 +161,7 @@ def choose_interface(sys_net: Path, *, configured: str | None, nccl_spec: str | 
         reason = "runtime.network_interface"
         if state not in UP_STATES:
             reason += f" (here it is {state})"
-        return InterfaceChoice(configured, reason, _in_tier_order(up, None), configured)
+        return InterfaceChoice(configured, reason, _in_tier_order(up, None), exact(configured))
 
     host = coordinator_host(coordinator) if coordinator else ""
     routed = route_to(host) if host else None
@@ -166,8 +172,8 @@ def choose_interface(sys_net: Path, *, configured: str | None, nccl_spec: str | 
     if spec is None:
         if tiers:
             name, why = tiers[0]
-            return InterfaceChoice(name, why, candidates, name)
-        return InterfaceChoice("lo", "loopback: no other interface is up", candidates, "lo", LOOPBACK_WARNING)
+            return InterfaceChoice(name, why, candidates, exact(name))
+        return InterfaceChoice("lo", "loopback: no other interface is up", candidates, exact("lo"), LOOPBACK_WARNING)
     matches = f"first up interface that NCCL_SOCKET_IFNAME={spec} matches"
     for name, why in tiers:
         if nccl_match(name, spec):

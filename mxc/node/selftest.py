@@ -33,7 +33,7 @@ def check_netif() -> str:
     expect(netif.nccl_match("eth0", "=eth0") and not netif.nccl_match("eth01", "=eth0"), "nccl_match: =")
     choice = netif.choose_interface(Path("/sys/class/net"), configured=None, nccl_spec=None,
                                     coordinator="127.0.0.1:1234", route_to=netif.route_via_ip)
-    expect(bool(choice.name) and choice.nccl_socket_ifname == choice.name, f"choose_interface: {choice}")
+    expect(bool(choice.name) and choice.nccl_socket_ifname == netif.exact(choice.name), f"choose_interface: {choice}")
     ports = netif.rdma_devices(Path("/sys/class/infiniband"))
     return f"interface {choice.name} ({choice.reason}); {len(ports)} RDMA port(s)"
 
