@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from mxc.node import container, envmerge, layout
-from mxc.node.imagecache import ImageError
 from mxc.node.contract import RunContract, parse
+from mxc.node.imagecache import ImageError
 from tests.conftest import Mxc
 from tests.test_images import podman, podman_env
 
