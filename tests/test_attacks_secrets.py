@@ -128,6 +128,25 @@ def test_official_and_operator_destinations() -> None:
         assert notify_policy.destination_problem("slack", url, allowed), url
 
 
+@pytest.mark.parametrize("url", [
+    "https://relay.example.com/team-a/../team-b",
+    "https://relay.example.com/team-a/%2e%2e/team-b",
+    "https://relay.example.com/team-a/%2E%2e/team-b",
+    "https://relay.example.com/team-a/%252e%252e/team-b",  # encoded twice
+    "https://relay.example.com/team-a%2f..%2fteam-b",  # the slash encoded
+    "https://relay.example.com/team-a/..%5cteam-b",  # a backslash some servers take for a slash
+    "https://relay.example.com/team-a/./../team-b",
+])
+def test_a_dot_segment_cannot_leave_the_operators_base(url: str) -> None:
+    """The server resolves ``..``: a path that starts with the allowed base as text may leave it."""
+    allowed = "https://relay.example.com/team-a"
+    assert notify_policy.destination_problem("slack", "https://relay.example.com/team-a/x..y/z", allowed) is None
+    problem = notify_policy.destination_problem("slack", url, allowed)
+    assert problem is not None and ". or .. path segments" in problem
+    assert notify_policy.destination_problem("mattermost", url.replace("team-b", "hooks/" + HOOK_KEY), None)
+    assert notify_policy.api_url_problem(url, allowed)
+
+
 @pytest.mark.parametrize("setting, message", [
     ("http://alerts.example.com", "plain http to another machine"),
     ("https://user:pw@alerts.example.com", "not a plain http(s) URL"),

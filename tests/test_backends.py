@@ -136,3 +136,27 @@ def test_a_third_backend_is_one_class(mxc_home: Path, monkeypatch: pytest.Monkey
     assert main(["cancel", run.run_id]) == 2  # already ended: one line, the backend is not asked again
     assert "already ended (cancelled)" in capsys.readouterr().err
     assert [c for c in CALLS if c[0] == "cancel"] == [("cancel", run.run_id)]
+
+
+@pytest.mark.parametrize("backend, cancelled_by, code, expected", [
+    ("local", "SIGINT", -2, 130),  # Ctrl-C in `mxc run`
+    ("local", "SIGTERM", -15, 143),
+    ("local", "SIGHUP", None, 129),
+    ("local", "SIGINT", 143, 130),  # the training's own exit after the supervisor stopped it: who cancelled wins
+    ("local", "mxc cancel", None, 143),  # a lost local run closed by `mxc cancel` (mxc/runtime/local/cancel.py)
+    ("slurm", "mxc cancel", 143, 143),  # mxc/runtime/slurm/backend.py
+    ("slurm", "mxc cancel", None, 143),
+    ("slurm", None, 143, 143),  # scancel from outside: the job's own 128+SIGTERM
+    ("slurm", None, 137, 137),
+    ("slurm", None, 1, 130),  # no signal in the exit code: as Ctrl-C
+    ("slurm", None, None, 130),
+])
+def test_a_cancelled_run_exits_128_plus_the_signal(backend: str, cancelled_by: str | None, code: int | None,
+                                                   expected: int) -> None:
+    """`mxc run`/`mxc wait` of a cancelled run: `mxc cancel` is 143 on both backends (docs/runs.md)."""
+    from mxc.runtime.waiting import Outcome, exit_status
+
+    record = RunRecord(run_id="20260101-000000-0000-00000000", bundle=BUNDLE, spec_name="x", backend=backend,
+                       started=now_iso(), final=True, status="cancelled", cancelled_by=cancelled_by, exit_code=code)
+    assert backends.exit_code(record) == expected
+    assert exit_status(Outcome(record, "cancelled")) == expected

@@ -238,7 +238,7 @@ run = RunDir(Path(sys.argv[1]))
 run.path.mkdir(parents=True)
 record = RunRecord(run_id=run.run_id, bundle="0" * 64, spec_name="t", backend="local", status="running",
                    started=now_iso())
-observer = Observability(Settings(enabled=True, bind="127.0.0.1", exporter_port=19400, prometheus_port=19190,
+observer = Observability(Settings(enabled=True, bind=sys.argv[2], exporter_port=19400, prometheus_port=19190,
                                   tensorboard_port=6006, scrape_interval=1, plugins=["host"]), "t")
 observer.on_start(run, record)
 observer.started.wait()  # the start-up runs beside the training, in the background
@@ -254,7 +254,7 @@ def test_helpers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
     run = tmp_path / "runs" / "20260101-000000-abcd-87654321"
-    holder = subprocess.Popen([sys.executable, str(script), str(run)], stdout=subprocess.PIPE, text=True,
+    holder = subprocess.Popen([sys.executable, str(script), str(run), "127.0.0.1"], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "MXC_HOME": str(tmp_path / "h")})
     try:
         info = json.loads(holder.stdout.readline() if holder.stdout else "{}")
@@ -263,8 +263,37 @@ def test_helpers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+    _wait_gone(pids)
+    assert RunDir(run).tsdb.joinpath("data").is_dir()
+
+
+def _wait_gone(pids: list[int]) -> None:
+    from mxc.runtime.processes.procfs import pid_alive
+
     deadline = time.monotonic() + 30
     while any(pid_alive(p) for p in pids):
         assert time.monotonic() < deadline, "a helper outlived the supervisor"
         time.sleep(0.1)
-    assert RunDir(run).tsdb.joinpath("data").is_dir()
+
+
+def test_prometheus_listens_on_loopback_whatever_observability_bind_says(tmp_path: Path) -> None:
+    """``observability.bind: 0.0.0.0`` moves the exporter (behind the scrape token), never the run's
+    Prometheus: it has no authentication, so it listens on 127.0.0.1 only (docs/security.md)."""
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    run = tmp_path / "runs" / "20260101-000000-abcd-87654322"
+    holder = subprocess.Popen([sys.executable, str(script), str(run), "0.0.0.0"], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "MXC_HOME": str(tmp_path / "h")})
+    try:
+        info = json.loads(holder.stdout.readline() if holder.stdout else "{}")
+        pids = [info["exporter"]["pid"], info["prometheus"]["pid"]]
+        assert info["errors"] == [] and info["exporter"]["bind"] == "0.0.0.0"
+        prometheus = info["prometheus"]
+        assert prometheus["url"] == f"http://127.0.0.1:{prometheus['port']}"
+        argv = Path(f"/proc/{prometheus['pid']}/cmdline").read_bytes().split(b"\0")
+        listen = [a for a in argv if a.startswith(b"--web.listen-address=")]
+        assert listen == [f"--web.listen-address=127.0.0.1:{prometheus['port']}".encode()], argv
+    finally:
+        holder.kill()
+        holder.wait()
+    _wait_gone(pids)

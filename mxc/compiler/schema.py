@@ -545,9 +545,9 @@ class Observability(Strict):
                       "by default: the training then waits for Ray's start (seconds)")
     ray_dashboard: bool = Field(False, description="the Ray head also serves Ray's dashboard (live stacks, actors), on "
                                 "127.0.0.1 of node rank 0; needs ray")
-    bind: str = Field("127.0.0.1", description="address Prometheus, the dashboards and a one-node job's exporter "
-                      "listen on; with a loopback bind, a job spanning nodes has its exporters listen on each "
-                      "node's cluster address, behind the run's scrape token (docs/metrics.md)")
+    bind: str = Field("127.0.0.1", description="address the exporters listen on (behind the run's scrape token); "
+                      "with a loopback bind, a job spanning nodes has its exporters listen on each node's cluster "
+                      "address; the run's Prometheus always listens on 127.0.0.1 (docs/metrics.md)")
     exporter_port: Port = Field(9400, description="first port tried for the exporter (a free one is picked)")
     prometheus_port: Port = Field(9190, description="first port tried for Prometheus")
     tensorboard_port: Port = Field(6006, description="first port tried for TensorBoard")

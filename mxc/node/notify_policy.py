@@ -62,14 +62,29 @@ def _parts(url: str) -> tuple[str, str, int, str] | None:
         port = split.port
     except ValueError:
         return None
-    if split.scheme not in ("http", "https") or not split.hostname or "@" in split.netloc:
+    if split.scheme not in ("http", "https") or not split.hostname or "@" in split.netloc or _dot_segment(split.path):
         return None
     return split.scheme, split.hostname.lower(), port or (443 if split.scheme == "https" else 80), split.path
 
 
+def _dot_segment(path: str) -> bool:
+    """Whether ``path`` has a ``.`` or ``..`` segment, as is or percent-encoded (``%2e%2e``, ``%252e``,
+    ``%2f`` for the slash): the server resolves it, so ``<allowed base>/../other`` would leave the
+    operator's base while its text still starts with it. No webhook path needs one."""
+    for _ in range(4):  # each round undoes one layer of encoding; four is more than any client adds
+        decoded = urllib.parse.unquote(path)
+        if decoded == path:
+            break
+        path = decoded
+    return any(segment in (".", "..") for segment in re.split(r"[/\\]", path))
+
+
 def url_problem(url: str) -> str | None:
-    """Why ``url`` is not a plain http(s) URL (no credentials, no spaces or control characters), or None."""
-    return None if _parts(url) is not None else "not a plain http(s) URL (scheme, host, optional port and path)"
+    """Why ``url`` is not a plain http(s) URL (no credentials, no spaces or control characters, no
+    ``.``/``..`` path segments), or None."""
+    if _parts(url) is not None:
+        return None
+    return "not a plain http(s) URL (scheme, host, optional port and path, no . or .. segments)"
 
 
 def operator_bases(setting: str | None) -> tuple[Base, ...]:
@@ -125,7 +140,7 @@ def destination_problem(fmt: str, url: str, setting: str | None) -> str | None:
     """Why a request of format ``fmt`` may not go to ``url``, or None: checked where the request is built."""
     parts = _parts(url)
     if parts is None:
-        return "the destination is not a plain http(s) URL"
+        return "the destination is not a plain http(s) URL (no user, no . or .. path segments)"
     bases = operator_bases(setting)
     if any(b.holds(url) for b in bases):
         return None

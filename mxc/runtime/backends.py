@@ -262,14 +262,22 @@ def extensions(request: RunRequest) -> tuple[Launcher | None, list[RunObserver]]
     return launcher, [*observers, *notify.observers(request.spec)]
 
 
+# How a cancelled run exits, by who cancelled it (record.cancelled_by): the signal a local
+# supervisor got, or `mxc cancel` (a SIGTERM to the supervisor, or scancel's SIGTERM to the job).
+CANCEL_EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129, "mxc cancel": 143}
+
+
 def exit_code(record: RunRecord) -> int:
-    """What ``mxc run`` exits with: 0, the training's own exit code, or 128+signal when cancelled."""
+    """What ``mxc run`` (and ``mxc wait``) exits with: 0, the training's own exit code, or 128+signal
+    when cancelled: by whom it names, else the 128+signal exit code the run recorded (a Slurm job
+    scancelled from outside: 143), else 130 (Ctrl-C)."""
     if record.status in ("succeeded", "submitted", "queued", "running", "starting"):
         return 0
     code = record.exit_code
     if record.status == "cancelled":
-        signame = record.cancelled_by or "SIGINT"
-        return {"SIGTERM": 143, "SIGHUP": 129}.get(signame, 130)
+        if record.cancelled_by in CANCEL_EXIT:
+            return CANCEL_EXIT[record.cancelled_by]
+        return min(code, 255) if code is not None and code > 128 else 130
     if code is None or code == 0:
         return 1
     if code < 0:

@@ -76,7 +76,8 @@ class LocalBackend:
                 notes.append(f"code commit {request.code_commit[:12]} will be exported to {code_dir} first")
         notes.append("MXC_ATTEMPT counts up on each automatic restart "
                      f"(restart.max {contract.restart.max})")
-        unset = sorted(k for k in os.environ if k.startswith(UNSET_PREFIXES))
+        secret = _alert_secret_env(request)
+        unset = sorted(k for k in os.environ if k.startswith(UNSET_PREFIXES) or k == secret)
         return Plan("local", run, ["bash", str(request.bundle.path / "entrypoint.sh")], env, run.path,
                     unset=unset, notes=notes)
 
@@ -179,6 +180,17 @@ class LocalBackend:
         supervisor = Supervisor(run, record, config, launcher or LocalLauncher(), [*request.observers, *observers],
                                 progress)
         return supervisor.run_to_end()
+
+
+def _alert_secret_env(request: RunRequest) -> str | None:
+    """The variable holding the webhook secret (``notify.secret_env``): the supervisor sends the
+    alerts from its own environment, so the training never needs it, and it must never reach it
+    (the node program writes the training's environment to ranks/N/environment.json; the Slurm
+    side strips it the same way: mxc/node/jobreport.py)."""
+    from mxc.runtime import notify
+
+    config = notify.NotifyConfig.from_spec(request.spec)
+    return config.secret_env if config else None
 
 
 def _bundle_problem(request: RunRequest) -> str | None:

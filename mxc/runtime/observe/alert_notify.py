@@ -3,9 +3,12 @@
 The alert receiver (``alert_receiver.py``) hands over each alert's first firing and its
 resolution; this turns one into a line of text and posts it with ``mxc.runtime.notify.send``
 (the same destinations, secret handling and redaction as every other alert of the run:
-docs/alerts.md). It runs in whichever process runs the run's Prometheus: the local supervisor,
-or node rank 0's node observer of a Slurm job (whose environment holds the webhook secret, as the
-training's does). ``observability.alerts.notify: false`` keeps alerts in ``alerts.jsonl`` only.
+docs/alerts.md). It runs in whichever process runs the run's Prometheus: the local supervisor
+(whose environment holds ``notify.secret_env``'s variable), or node rank 0's node observer of a
+Slurm job, whose environment is the ranks': the batch side removes ``secret_env``'s variable from
+it (mxc/node/jobreport.py ``rank_env``), so there only ``notify.secret_file`` can post rule alerts;
+with ``secret_env`` each stays in ``alerts.jsonl`` with ``failed: environment variable ... is not set``.
+``observability.alerts.notify: false`` keeps alerts in ``alerts.jsonl`` only.
 """
 
 from __future__ import annotations

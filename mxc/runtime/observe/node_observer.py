@@ -14,8 +14,9 @@ the bundle has observability on) and sends it SIGTERM when training ends:
   node joins it; each node's Ray metrics become a Prometheus target, and the rank
   runs its training as a subprocess of a Ray actor on its node
   (``mxc.runtime.observe.ray_node_launch``);
-* node rank 0 also runs Prometheus on the run's TSDB (``<run>/prometheus/data``, a shared
-  file system on a cluster), so ``mxc metrics`` / ``mxc report`` / ``mxc dashboard`` read a
+* node rank 0 first removes the target files of nodes this start of the job does not have (a
+  requeued job may run elsewhere: ``job_targets.py``), then runs Prometheus on the run's TSDB
+  (``<run>/prometheus/data``, a shared file system on a cluster), so ``mxc metrics`` / ``mxc report`` / ``mxc dashboard`` read a
   Slurm run exactly like a local one; a requeued job reopens the same TSDB;
 * on SIGTERM, rank 0 waits (bounded) for one scrape after the end of training, then all stop.
 
@@ -44,6 +45,7 @@ from typing import Any
 from mxc.fsutil import write_atomic, write_json_atomic
 from mxc.node.contract import FILE as CONTRACT_FILE
 from mxc.runtime.contract import parse as parse_contract
+from mxc.runtime.observe import job_targets
 from mxc.runtime.observe.observer import Observability, observability_dir
 from mxc.runtime.observe.prometheus import write_targets
 from mxc.runtime.observe.ray_launcher import HEAD_TIMEOUT, RayHead
@@ -90,6 +92,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             ray_node = launch_ray(run, args.node, cluster=None, dashboard=observer.settings.ray_dashboard)
     except Exception as exc:
         _ray_failed(run, args, observer, exc)
+    if args.head:  # before Prometheus reads the targets: none of a node an earlier start of the job had
+        try:
+            removed = job_targets.remove_stale_targets(run.tsdb / "targets", args.node, os.environ)
+            if removed:
+                observer.info["stale_targets_removed"] = removed
+        except Exception as exc:
+            observer._error(f"stale targets: {exc}")
     observer.start_services(run, args.bundle_dir, f"exporter-{args.node}", with_prometheus=args.head)
     try:
         if not args.head and observer.settings.ray:

@@ -266,7 +266,9 @@ class Observability:
             config.write_text(default_config(self.settings.scrape_interval, self.name))
         if self.settings.alerts and bundle is not None and (bundle / ALERT_RULES).exists():
             self._start_alert_receiver(run, bundle)
-        self.prometheus = PrometheusServer.start(config, tsdb_data(run), self.settings.bind,
+        # Always loopback, whatever observability.bind says (that moves exporters only): Prometheus has no
+        # authentication, and its API would hand the run's series to anyone on the network (docs/security.md).
+        self.prometheus = PrometheusServer.start(config, tsdb_data(run), "127.0.0.1",
                                                  self.settings.prometheus_port, home / "prometheus.log",
                                                  env=_marked(run), nice=HELPER_NICE)
         self.info["prometheus"] = {"url": self.prometheus.url, "port": self.prometheus.port,
