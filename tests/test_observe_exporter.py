@@ -247,15 +247,20 @@ time.sleep(600)
 '''
 
 
+def _holder(tmp_path: Path, run: Path, bind: str) -> subprocess.Popen[str]:
+    """A process that starts a run's observability (exporter on ``bind``) and prints its record, then waits."""
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    return subprocess.Popen([sys.executable, str(script), str(run), bind], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "MXC_HOME": str(tmp_path / "h")})
+
+
 def test_helpers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
     """SIGKILL gives mxc no chance to stop anything: the kernel stops exporter and Prometheus."""
     from mxc.runtime.processes.procfs import pid_alive
 
-    script = tmp_path / "holder.py"
-    script.write_text(HOLDER)
     run = tmp_path / "runs" / "20260101-000000-abcd-87654321"
-    holder = subprocess.Popen([sys.executable, str(script), str(run), "127.0.0.1"], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "MXC_HOME": str(tmp_path / "h")})
+    holder = _holder(tmp_path, run, "127.0.0.1")
     try:
         info = json.loads(holder.stdout.readline() if holder.stdout else "{}")
         pids = [info["exporter"]["pid"], info["prometheus"]["pid"]]
@@ -279,11 +284,8 @@ def _wait_gone(pids: list[int]) -> None:
 def test_prometheus_listens_on_loopback_whatever_observability_bind_says(tmp_path: Path) -> None:
     """``observability.bind: 0.0.0.0`` moves the exporter (behind the scrape token), never the run's
     Prometheus: it has no authentication, so it listens on 127.0.0.1 only (docs/security.md)."""
-    script = tmp_path / "holder.py"
-    script.write_text(HOLDER)
     run = tmp_path / "runs" / "20260101-000000-abcd-87654322"
-    holder = subprocess.Popen([sys.executable, str(script), str(run), "0.0.0.0"], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "MXC_HOME": str(tmp_path / "h")})
+    holder = _holder(tmp_path, run, "0.0.0.0")
     try:
         info = json.loads(holder.stdout.readline() if holder.stdout else "{}")
         pids = [info["exporter"]["pid"], info["prometheus"]["pid"]]
