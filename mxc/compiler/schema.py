@@ -6,7 +6,7 @@ ignored on the cluster. Field descriptions feed ``mxc schema`` and docs/spec-ref
 
 
 import re
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -87,6 +87,23 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class AddedFields(Strict):
+    """A section that gained fields after bundles existed: each field named in ``added_fields`` stays
+    out of spec.json while it holds its default, so the spec.json (and so every bundle hash) of a
+    spec that does not use it stays what it was before the field existed."""
+
+    added_fields: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_added_at_default(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        fields = type(self).model_fields
+        for name in self.added_fields:
+            if getattr(self, name) == fields[name].get_default(call_default_factory=True):
+                data.pop(name, None)
+        return data
+
+
 class Image(Strict):
     """The container image, pinned by content digest (a tag alone can move)."""
 
@@ -149,8 +166,10 @@ class Entry(Strict):
         return "module", self.module or UPSTREAM_MODULE
 
 
-class Code(Strict):
+class Code(AddedFields):
     """The training code: a git commit, the MaxText inside the image, or for native runs the pinned maxtext release."""
+
+    added_fields = ("from_image", "entry")
 
     repo: str | None = Field(None, description="git URL or path of the MaxText (or fork) repository")
     commit: Commit | None = Field(None, description="full 40-hex commit of `repo` (or leave it to the lockfile: `mxc lock`)")
@@ -203,20 +222,11 @@ class Code(Strict):
             raise ValueError("entry.workdir: only with code.from_image (a pinned checkout is the working directory)")
         return self
 
-    @model_serializer(mode="wrap")
-    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Code from git with the upstream entry, no key: spec.json (and so every bundle hash) stays
-        what it was before these fields existed."""
-        data: dict[str, Any] = handler(self)
-        if not self.from_image:
-            data.pop("from_image", None)
-        if self.entry == Entry():
-            data.pop("entry", None)
-        return data
 
-
-class Model(Strict):
+class Model(AddedFields):
     """The MaxText model: a config name plus ``key=value`` overrides passed through verbatim."""
+
+    added_fields = ("config_file",)
 
     model_name: str = Field(description="MaxText model name (configs/models/<name>.yml), or 'default'")
     config: str = Field("base.yml", description="MaxText config file, relative to code.entry.configs")
@@ -257,14 +267,6 @@ class Model(Strict):
                              "(a file beside the spec), not both")
         return self
 
-    @model_serializer(mode="wrap")
-    def _omit_no_file(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No config file, no key: spec.json (and every bundle hash) stays what it was before the field."""
-        data: dict[str, Any] = handler(self)
-        if self.config_file is None:
-            data.pop("config_file", None)
-        return data
-
     @model_validator(mode="after")
     def _templates(self) -> Self:
         check_placeholders("overrides", self.overrides)
@@ -302,8 +304,10 @@ class RankEnv(EnvValues):
     """What one rank adds: its variables replace the shared ones, its XLA flags join them."""
 
 
-class Env(EnvValues):
+class Env(EnvValues, AddedFields):
     """Environment of the training process. Values may hold run-time placeholders ({run_dir}, {rank}...)."""
+
+    added_fields = ("allow_dangerous", "ranks", "detect", "merge")
 
     detect: list[str] = Field(
         default_factory=list, description="detectors the node program runs before training, each setting variables "
@@ -356,19 +360,11 @@ class Env(EnvValues):
                                  "env.xla_flags); remove it from env.merge")
         return self
 
-    @model_serializer(mode="wrap")
-    def _omit_empty_opt_in(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No opt-in or rank additions, no key: spec.json (and so every bundle hash) stays what it was
-        before these fields existed."""
-        data: dict[str, Any] = handler(self)
-        for key in ("allow_dangerous", "ranks", "detect", "merge"):
-            if not getattr(self, key):
-                data.pop(key, None)
-        return data
 
-
-class Resources(Strict):
+class Resources(AddedFields):
     """What to ask the scheduler for."""
+
+    added_fields = ("slurm_env",)
 
     nodes: int = Field(1, ge=1, description="number of nodes (one task per node)")
     gpus_per_node: int = Field(0, ge=0, description="GPUs per node")
@@ -399,14 +395,6 @@ class Resources(Strict):
             if problem:
                 raise ValueError(f"'{name}': {problem}")
         return value
-
-    @model_serializer(mode="wrap")
-    def _omit_empty_slurm_env(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No Slurm variables, no key: spec.json (and every bundle hash) stays what it was before the field."""
-        data: dict[str, Any] = handler(self)
-        if not self.slurm_env:
-            data.pop("slurm_env", None)
-        return data
 
     @model_validator(mode="after")
     def _gpus_have_vendor(self) -> Self:
@@ -481,8 +469,10 @@ class ContainerOptions(Strict):
         "bring their own ROCm or CUDA user space")
 
 
-class Runtime(Strict):
+class Runtime(AddedFields):
     """Where and how the bundle runs."""
+
+    added_fields = ("optional_mounts", "container_options")
 
     backend: Literal["local", "slurm"] = Field("local", description="local: this machine; slurm: sbatch")
     container: Literal["apptainer", "podman", "docker", "native"] = Field(
@@ -505,17 +495,6 @@ class Runtime(Strict):
         "/dev/shm size, capabilities (docs/containers.md)")
     cores: CoreDumps = Field(default_factory=CoreDumps)
     hang: HangWatch = Field(default_factory=HangWatch)
-
-    @model_serializer(mode="wrap")
-    def _omit_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Fields a spec does not use stay out of spec.json, so bundle hashes of specs written before
-        them stay what they were."""
-        data: dict[str, Any] = handler(self)
-        if not self.optional_mounts:
-            data.pop("optional_mounts", None)
-        if self.container_options == ContainerOptions():
-            data.pop("container_options", None)
-        return data
 
 
 class Alerts(Strict):
@@ -637,8 +616,10 @@ class CheckSettings(Strict):
                                    description="warnings accepted on review; errors cannot be accepted")
 
 
-class JobSpec(Strict):
+class JobSpec(AddedFields):
     """A reviewed, versioned description of one training job."""
+
+    added_fields = ("check",)
 
     schema_: Literal["mxc/v1"] = Field(alias="schema", description="spec format version")
     name: Name = Field(description="job name (letters, digits, . _ -)")
@@ -656,14 +637,6 @@ class JobSpec(Strict):
     check: CheckSettings | None = Field(None, description="check warnings accepted on review (docs/check.md)")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @model_serializer(mode="wrap")
-    def _omit_no_check(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No check section, no key: spec.json (and every bundle hash) stays what it was before it existed."""
-        data: dict[str, Any] = handler(self)
-        if self.check is None:
-            data.pop("check", None)
-        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
