@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,7 @@ import pytest
 from mxc.runtime.observe.job_targets import expand_hostlist, job_nodes, stale_targets
 from mxc.runtime.observe.prometheus import write_targets
 from tests.conftest import REPO, Mxc
-
-WAIT_S = 180.0  # a safety net only: the waits below end on an event
+from tests.test_observe_multinode import read_json, wait_until
 
 
 @pytest.mark.parametrize("text, names", [
@@ -68,14 +66,6 @@ def test_stale_targets_are_those_of_nodes_outside_this_start(tmp_path: Path) -> 
     assert {p.name for p in stale_targets(tmp_path, "nodeC", None)} == {"alert-receiver-nodeA.json"}
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data
-
-
 def test_a_requeued_jobs_head_starts_prometheus_without_the_earlier_nodes(mxc: Mxc, mxc_home: Path,
                                                                         tmp_path: Path) -> None:
     """The real node observer as node rank 0 of a start on nodeC: the earlier start's target files are
@@ -97,16 +87,9 @@ def test_a_requeued_jobs_head_starts_prometheus_without_the_earlier_nodes(mxc: M
                                 stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         def wait(what: str, check: Any) -> Any:
-            deadline = time.monotonic() + WAIT_S
-            while time.monotonic() < deadline:
-                got = check()
-                if got:
-                    return got
-                assert proc.poll() is None, f"the node observer exited before {what}:\n{log_path.read_text()[-3000:]}"
-                time.sleep(0.2)
-            pytest.fail(f"{what}: not seen in {WAIT_S:.0f}s\n{log_path.read_text()[-3000:]}")
+            return wait_until(what, check, [proc], [log_path])
 
-        status = wait("the node's status", lambda: _read(run / "observability" / "node-nodeC.json"))
+        status = wait("the node's status", lambda: read_json(run / "observability" / "node-nodeC.json"))
         assert status["errors"] == [], status
         assert sorted(status["stale_targets_removed"]) == [
             "alert-receiver-nodeA.json", "exporter-node-b.json", "exporter-nodeA.json", "exporter-nodeC-1.json",
