@@ -15,6 +15,7 @@ the first two steps (compilation). A first bare run only warms the compilation c
 Targets (issue 4): ratio >= 0.99, time-to-first-step overhead <= 0.5 s without observability.
 
   python benchmarks/run_overhead.py [--steps 200] [--repeats 2] [--keep]
+  python benchmarks/run_overhead.py --platform cuda --set model.overrides.base_emb_dim=1024 ...   # on a GPU
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -38,9 +39,10 @@ REPO = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"^I(\d{4}) (\d{2}:\d{2}:\d{2}\.\d+) .*completed step: (\d+),")
 
 
-def build(home: Path, steps: int) -> tuple[str, dict[str, object]]:
+def build(home: Path, steps: int, extra: Sequence[str] = ()) -> tuple[str, dict[str, object]]:
+    """The tiny spec with ``steps`` steps and no checkpoints, plus ``extra`` ``--set`` overrides."""
     sets = [f"model.overrides.steps={steps}", f"model.overrides.learning_rate_schedule_steps={steps}",
-            "checkpoint.period=0", "runtime.preflight.stale_processes=false"]
+            "checkpoint.period=0", "runtime.preflight.stale_processes=false", *extra]
     args = [sys.executable, "-m", "mxc", "build", str(REPO / "specs/tiny.yaml"), "-q"]
     for s in sets:
         args += ["--set", s]
@@ -165,14 +167,18 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument("--platform", default="cpu", help="JAX_PLATFORMS for both runs (cuda, rocm on a GPU node)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra spec override for both runs (a bigger model on a GPU), repeatable")
     opts = parser.parse_args()
 
     with scratch("mxc-bench-", opts.keep) as work:
         home = work / "home"
         cache = home / "cache" / "jax"  # where `mxc run` puts the compilation cache: both share it
-        env = {**os.environ, "MXC_HOME": str(home), "JAX_PLATFORMS": "cpu"}
-        digest, spec = build(home, opts.steps)
-        print(f"bundle {digest[:12]}: tiny model, {opts.steps} steps, {opts.repeats} repeat(s)", file=sys.stderr)
+        env = {**os.environ, "MXC_HOME": str(home), "JAX_PLATFORMS": opts.platform}
+        digest, spec = build(home, opts.steps, [f"env.vars.JAX_PLATFORMS={opts.platform}", *opts.sets])
+        print(f"bundle {digest[:12]}: tiny model{' + ' + ' '.join(opts.sets) if opts.sets else ''} on "
+              f"{opts.platform}, {opts.steps} steps, {opts.repeats} repeat(s)", file=sys.stderr)
         run_bare(work, spec, cache, 0, env)  # warm the compilation cache
         bare: list[tuple[float, float]] = []
         under: list[tuple[float, float, float]] = []
@@ -189,7 +195,7 @@ def main() -> int:
         ratio = statistics.median(m[1] for m in under) / statistics.median(b[1] for b in bare)
         best_ratio = max(m[1] for m in under) / max(b[1] for b in bare)
         launch = statistics.median(m[2] for m in under)
-        result = {"steps": opts.steps, "repeats": opts.repeats, "steps_per_s_ratio": round(ratio, 4),
+        result = {"steps": opts.steps, "repeats": opts.repeats, "platform": opts.platform, "sets": opts.sets, "steps_per_s_ratio": round(ratio, 4),
                   "steps_per_s_ratio_best": round(best_ratio, 4),
                   "time_to_first_step_bare_s": round(bare_first, 3), "time_to_first_step_mxc_s": round(mxc_first, 3),
                   "time_to_first_step_overhead_s": round(mxc_first - bare_first, 3),
