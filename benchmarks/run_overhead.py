@@ -195,7 +195,8 @@ def main() -> int:
         ratio = statistics.median(m[1] for m in under) / statistics.median(b[1] for b in bare)
         best_ratio = max(m[1] for m in under) / max(b[1] for b in bare)
         launch = statistics.median(m[2] for m in under)
-        result = {"steps": opts.steps, "repeats": opts.repeats, "platform": opts.platform, "sets": opts.sets, "steps_per_s_ratio": round(ratio, 4),
+        result = {"steps": opts.steps, "repeats": opts.repeats, "platform": opts.platform, "sets": opts.sets,
+                  "steps_per_s_ratio": round(ratio, 4),
                   "steps_per_s_ratio_best": round(best_ratio, 4),
                   "time_to_first_step_bare_s": round(bare_first, 3), "time_to_first_step_mxc_s": round(mxc_first, 3),
                   "time_to_first_step_overhead_s": round(mxc_first - bare_first, 3),
