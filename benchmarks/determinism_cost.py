@@ -17,6 +17,7 @@ differ from run to run, and the deterministic one costs some speed. Figures: doc
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -66,7 +67,7 @@ def run_group(work: Path, spec: dict[str, object], cache: Path, env: dict[str, s
         with open(log, "wb") as fh:
             proc = subprocess.Popen(run_overhead.bare_command(spec, run_dir, cache), env=env, stdout=fh,
                                     stderr=subprocess.STDOUT)
-            run_overhead.wait_first_step(proc, lambda log=log: log, time.monotonic())
+            run_overhead.wait_first_step(proc, functools.partial(Path, log), time.monotonic())
             if proc.wait() != 0:
                 raise RuntimeError(f"{name} run {n} failed; see {log}")
         runs.append(losses(run_dir / "metrics.jsonl"))
