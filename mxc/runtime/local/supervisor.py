@@ -106,8 +106,8 @@ class Supervisor:
                     if self._stop_signal is not None:
                         self._finish("cancelled", code, f"cancelled by {signal.Signals(self._stop_signal).name}")
                         break
-                    if code == 0:
-                        self._finish("succeeded", 0, None)
+                    if code == 0:  # with the rank's note when its trainer went badly after the training was over
+                        self._finish("succeeded", 0, self.record.attempts[-1].reason)
                         break
                     decision = self._decide(attempt, code, follower)
                     if decision.action == policy.DONE:
@@ -171,6 +171,8 @@ class Supervisor:
         ended = outcome.of_attempt(self.run.path, number, 1)
         cause = policy.COMPLETED if code == 0 and ended.cause in (policy.COMPLETED, policy.STAGE_FAILED) else ended.cause
         attempt.cause = cause
+        if cause == policy.COMPLETED and ended.detail:
+            attempt.reason = ended.detail  # policy.after_training's note: completed, however the trainer went
         if cause == policy.HANG:
             self._mark_hung(number, attempt)
 
