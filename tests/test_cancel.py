@@ -25,7 +25,8 @@ def test_cancel_a_local_run(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
         out = mxc("cancel", run_id[:15], "--json")
         assert out.returncode == 0, out.stderr
         rec = json.loads(out.stdout)
-        assert rec["status"] == "cancelled" and rec["final"] is True and rec["cancelled_by"] == "SIGTERM"
+        assert rec["status"] == "cancelled" and rec["final"] is True and rec["cancelled_by"] == "mxc cancel"
+        assert rec["message"] == "cancelled with mxc cancel"  # who stopped it, not only the signal it sent
         assert proc.wait(timeout=60) == 143
         again = mxc("cancel", run_id)
         assert again.returncode == 2 and again.stderr == f"mxc: error: run {run_id} already ended (cancelled)\n"

@@ -3,7 +3,9 @@ facts it is fed: why USR2 came (stopcause.py) and how an attempt ended (outcome.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,35 @@ def test_the_final_checkpoint_means_done_whatever_the_cause() -> None:
         decision = decide(situation(cause, checkpoint=29, final_step=29, restarts=5))
         assert decision == policy.Decision(DONE, "training completed (the final step's checkpoint 29 exists)")
     assert decide(situation(policy.HANG, checkpoint=29, final_step=None)).action == REQUEUE  # steps not fixed
+
+
+def test_the_training_is_over_at_the_final_step_and_with_checkpointing_its_checkpoint() -> None:
+    asked: list[str] = []
+
+    def latest(step: int | None) -> Callable[[], int | None]:
+        def scan() -> int | None:
+            asked.append("scan")
+            return step
+        return scan
+
+    assert policy.training_over(29, 29, False, latest(None)) and asked == []  # no checkpointing: no scan
+    assert not policy.training_over(28, 29, True, latest(29)) and asked == []  # before the end: no scan either
+    assert not policy.training_over(None, 29, False, latest(None))
+    assert not policy.training_over(29, None, False, latest(None))  # steps not fixed: no end known
+    assert not policy.training_over(29, 29, True, latest(20))  # the final save is not finished
+    assert not policy.training_over(29, 29, True, latest(None))
+    assert policy.training_over(29, 29, True, latest(29)) and asked == ["scan"] * 3
+
+
+def test_after_the_training_a_stall_or_failed_exit_is_completed_with_a_note() -> None:
+    assert policy.after_training(0, None, 29) == (policy.COMPLETED, None)
+    assert policy.after_training(1, None, 29) == (
+        policy.COMPLETED, "training completed; the trainer exited 1 after the final step 29")
+    assert policy.after_training(139, None, 29)[1] == (
+        "training completed; the trainer exited 139 (SIGSEGV) after the final step 29")
+    assert policy.after_training(137, 120, 29) == (
+        policy.COMPLETED, "training completed; the trainer had not exited 120s after the final step 29 "
+                          "(runtime.exit_grace): mxc ended it")
 
 
 def test_application_errors_are_not_requeued_and_say_why() -> None:
@@ -141,3 +172,15 @@ def test_completed_only_when_every_rank_completed(tmp_path: Path) -> None:
 def test_a_stop_on_request_is_cancelled(tmp_path: Path) -> None:
     write(tmp_path, start_event(0), exit_event(0, policy.CANCELLED, 1.0, rc=143))
     assert outcome.of_attempt(tmp_path, 0, 1).cause == policy.CANCELLED
+
+
+def test_a_completed_attempt_keeps_the_ranks_notes_once(tmp_path: Path) -> None:
+    """What the ranks noted after the training was over reaches the record: one note per text."""
+    stalled = "training completed; the trainer had not exited 2s after the final step 2 (runtime.exit_grace): mxc ended it"
+    done = [events.RankExit(time=float(r), job_id="7", attempt=0, rank=r, node=f"node{r + 1}", stage="train", rc=0,
+                            timed_out=False, cause=policy.COMPLETED, detail=stalled if r < 2 else None, last_step=2)
+            for r in range(3)]
+    write(tmp_path, *done)
+    assert outcome.of_attempt(tmp_path, 0, 3).detail == f"ranks 0, 1: {stalled}"
+    write(tmp_path / "one", dataclasses.replace(done[0]))
+    assert outcome.of_attempt(tmp_path / "one", 0, 1).detail == stalled

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from mxc.compiler import compile_spec
-from mxc.node import barrier, imagecache, integrity
+from mxc.node import barrier, imagecache, integrity, policy, rank
 from mxc.node.contract import Hang, InfraPattern
 from mxc.node.hangwatch import HangWatch, Hung
 from mxc.node.imagecache import ImageError
-from mxc.node.trainer import StopRequest, Trainer
+from mxc.node.trainer import EndOfTraining, StopRequest, Trainer
 from mxc.runtime.logs.trainlog import STEP_PREFIX
 from mxc.store import Store
 from tests.conftest import REPO
@@ -148,6 +148,20 @@ def test_hang_watch_init_then_step_limits() -> None:
     assert HangWatch(0, 0, now=0.0).check(1e9) is None  # 0: no limit
 
 
+def test_hang_watch_once_the_training_is_over_the_exit_grace_holds_and_is_no_hang() -> None:
+    """From ``finished`` on, only runtime.exit_grace counts, from that moment: output and late
+    step lines neither extend it nor bring the step limit back, and running out of it is no hang."""
+    watch = HangWatch(init_timeout_s=30, step_timeout_s=10, now=0.0, exit_grace_s=100)
+    watch.step(5.0)
+    watch.finished(8.0)
+    watch.output(50.0)
+    watch.step(60.0)
+    assert watch.phase == "exit" and watch.check(107.0) is None  # past the step limit: not a hang now
+    expired = watch.check(108.0)
+    assert expired == Hung("exit", 100.0, 100) and not expired.is_hang
+    assert Hung("step", 11.0, 10).is_hang and Hung("init", 31.0, 30).is_hang
+
+
 # ---- the train-stage runner, with real child processes
 
 HANG = Hang(init_timeout_s=60, step_timeout_s=60, step_pattern=STEP_PREFIX.pattern)
@@ -155,15 +169,80 @@ NCCL = InfraPattern(cause="nccl_error", blame="network", regex=r"NCCL operation 
 
 
 def trainer(tmp_path: Path, script: str, hang: Hang = HANG, timeout_s: int = 0, stop: StopRequest | None = None,
-            grace_s: int = 5) -> tuple[Trainer, io.BytesIO, list[str]]:
+            grace_s: int = 5, end: EndOfTraining | None = None) -> tuple[Trainer, io.BytesIO, list[str]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "t.py").write_text(script)
     out, said = io.BytesIO(), list[str]()
     runner = Trainer([sys.executable, str(tmp_path / "t.py")], dict(os.environ), str(tmp_path), hang=hang,
                      infrastructure=[NCCL], metrics=tmp_path / "metrics.jsonl", hang_marker=tmp_path / "hang.json",
                      rank=0, timeout_s=timeout_s, grace_s=grace_s, stop=stop or StopRequest(),
                      markers=[f"MXCTEST_MARK={tmp_path}"], dump_stacks=lambda pids: [("stack.txt", "py-spy")],
-                     log=said.append, output=out)
+                     log=said.append, output=out, end=end)
     return runner, out, said
+
+
+def end_at(tmp_path: Path, final_step: int, nprocs: int = 1, checkpoint: int | None = None) -> EndOfTraining:
+    """The end of a training of ``final_step + 1`` steps for rank 0 of ``nprocs``, checkpointing when
+    ``checkpoint`` is given (the latest finished one), as rank.py builds it."""
+    return EndOfTraining(
+        final_step=final_step, exit_grace_s=1, directory=tmp_path / "trained", rank=0, node="node1", nprocs=nprocs,
+        over=lambda last: policy.training_over(last, final_step, checkpoint is not None, lambda: checkpoint))
+
+
+STEPS_THEN = "import sys, time\nfor n in range(3): print(f'completed step: {n}, seconds: 0.1', flush=True)\n"
+STALL = "while True: time.sleep(0.1)  # JAX draining its events after the last step\n"
+GRACE_HANG = Hang(init_timeout_s=60, step_timeout_s=60, step_pattern=STEP_PREFIX.pattern, exit_grace_s=1)
+
+
+def test_a_trainer_that_stalls_after_the_final_step_is_ended_as_completed_not_hung(tmp_path: Path) -> None:
+    runner, _, said = trainer(tmp_path, STEPS_THEN + STALL, hang=GRACE_HANG, end=end_at(tmp_path, final_step=2))
+    result = runner.run()
+    assert result.hang is None and result.rc == 137 and (result.finished_step, result.ended_after_s) == (2, 1)
+    assert rank.classify(result) == ("completed", "training completed; the trainer had not exited 1s after the final "
+                                                  "step 2 (runtime.exit_grace): mxc ended it")
+    assert said == ["training over on every rank (final step 2): the trainer has 1s to exit (runtime.exit_grace)",
+                    "the trainer has not exited 1s after the training was over (runtime.exit_grace): ending it; "
+                    "the training completed"]
+    assert not (tmp_path / "hang.json").exists(), "no other rank is told of a hang"
+
+
+def test_exit_1_after_the_final_step_is_completed_and_before_it_an_application_error(tmp_path: Path) -> None:
+    after, _, _ = trainer(tmp_path, STEPS_THEN + "sys.exit(1)\n", end=end_at(tmp_path, final_step=2))
+    result = after.run()
+    assert (result.rc, result.finished_step) == (1, 2)
+    assert rank.classify(result) == ("completed", "training completed; the trainer exited 1 after the final step 2")
+    before, _, _ = trainer(tmp_path / "b", STEPS_THEN + "sys.exit(1)\n", end=end_at(tmp_path / "b", final_step=29))
+    result = before.run()
+    assert result.finished_step is None and rank.classify(result) == ("application_error", "exit 1")
+
+
+def test_without_the_final_checkpoint_the_training_is_not_over(tmp_path: Path) -> None:
+    """Checkpointing, and the newest finished checkpoint is not the final step's: the save is not
+    done, so the step limit still holds and an exit 1 is the failure it always was."""
+    runner, _, _ = trainer(tmp_path, STEPS_THEN + "sys.exit(1)\n", end=end_at(tmp_path, final_step=2, checkpoint=1))
+    result = runner.run()
+    assert result.finished_step is None and rank.classify(result)[0] == "application_error"
+    done, _, _ = trainer(tmp_path / "c", STEPS_THEN + "sys.exit(1)\n",
+                         end=end_at(tmp_path / "c", final_step=2, checkpoint=2))
+    assert done.run().finished_step == 2
+
+
+def test_exit_1_after_the_final_step_waits_for_the_other_ranks(tmp_path: Path) -> None:
+    """Rank 0 of 2 exits 1 after its final step: completed once rank 1 says its training is over
+    too (its file arrives while rank 0 waits); alone, after runtime.exit_grace, the failure stands."""
+    end = end_at(tmp_path, final_step=2, nprocs=2)
+    runner, _, _ = trainer(tmp_path, STEPS_THEN + "sys.exit(1)\n", end=end)
+
+    def rank_1_later() -> None:
+        while 0 not in barrier.arrived(end.directory):  # rank 0 waits for it now
+            time.sleep(0.01)
+        barrier.arrive(end.directory, 1, "node2")
+
+    threading.Thread(target=rank_1_later).start()
+    assert runner.run().finished_step == 2
+    alone, _, _ = trainer(tmp_path / "a", STEPS_THEN + "sys.exit(1)\n", end=end_at(tmp_path / "a", 2, nprocs=2))
+    result = alone.run()
+    assert result.finished_step is None and rank.classify(result)[0] == "application_error"
 
 
 def test_output_passes_through_and_is_read(tmp_path: Path) -> None:

@@ -33,9 +33,12 @@ SETS = ("observability.enabled=true", "observability.scrape_interval=1", "observ
         f"runtime.hang.step_timeout={STEP_TIMEOUT}", "runtime.preflight.stale_processes=false", "checkpoint.period=0")
 
 
-def supervise(tmp_path: Path, restarts: int, py_spy: bool = True) -> tuple[RunDir, RunRecord]:
+def supervise(tmp_path: Path, restarts: int, py_spy: bool = True, sets: tuple[str, ...] = SETS,
+              trainer: str = "*=stall") -> tuple[RunDir, RunRecord]:
+    """The tiny spec with ``sets``, run to its end by the real supervisor and node program, the
+    stand-in trainer doing ``trainer`` (tests/standins/trainer.py); observability where ``sets`` has it."""
     bundle = compile_spec(str(REPO / "specs" / "tiny.yaml"), lambda p: Path(p).read_bytes(),
-                          (*SETS, f"restart.max={restarts}"), mxc_version="test")
+                          (*sets, f"restart.max={restarts}"), mxc_version="test")
     stored, _ = Store(tmp_path / "home").put(bundle.files, bundle.hash)
     contract: RunContract = contracts.load(stored)
     python = tmp_path / "bin" / "python"
@@ -54,9 +57,11 @@ def supervise(tmp_path: Path, restarts: int, py_spy: bool = True) -> tuple[RunDi
                        started=now_iso(), command=argv)
     record.save(run.record)
     env = {**os.environ, "PATH": os.pathsep.join(path), "MXC_RUN_DIR": str(run.path), "MXC_BUNDLE_DIR": str(stored.path),
-           "MXC_PYTHON": str(python), "MXCTEST_TRAINER": "*=stall"}
+           "MXC_PYTHON": str(python), "MXCTEST_TRAINER": trainer}
     config = SupervisorConfig(argv=argv, env=env, cwd=run.path, restart=contract.restart, total_steps=None,
                               checkpoints=run.output / run.run_id / "checkpoints", grace_seconds=5)
+    if not contract.observability.enabled:
+        return run, Supervisor(run, record, config, LocalLauncher()).run_to_end()
     observer = Observability(contract.observability, contract.name)
     final = Supervisor(run, record, config, LocalLauncher(), [observer]).run_to_end()
     assert not pid_alive(observer.prometheus.process.pid if observer.prometheus else None)

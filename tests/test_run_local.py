@@ -375,7 +375,7 @@ def test_a_detached_run_outlives_its_parent_and_is_followed_and_cancelled(home: 
     _, said = waiting.communicate(timeout=120)
     assert waiting.returncode == 143 and f"mxc: run {run_id} cancelled" in said, said  # 128 + SIGTERM
     record = record_of(run)
-    assert record["status"] == "cancelled" and record["final"] is True and record["cancelled_by"] == "SIGTERM"
+    assert record["status"] == "cancelled" and record["final"] is True and record["cancelled_by"] == "mxc cancel"
     wait_for("the supervisor to exit", lambda: not Path(f"/proc/{supervisor['pid']}").exists()
              or "Z" in Path(f"/proc/{supervisor['pid']}/stat").read_text().rsplit(")", 1)[1][:3])
     assert list(run_processes(run)) == []

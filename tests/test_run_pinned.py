@@ -220,7 +220,9 @@ def test_an_application_error_is_not_restarted(mxc: Mxc, mxc_home: Path, tmp_pat
     record = json.loads(out.stdout)
     assert record["status"] == "failed" and record["restarts"] == 0
     assert [(a["exit_code"], a["cause"]) for a in record["attempts"]] == [(5, "application_error")]
-    assert "(application error)" in record["message"] and "fails the same way again" in record["message"]
+    # The cause in triage's words (it found no known error in a silent exit 5), the policy's reason after it
+    assert record["message"].startswith("training exited with 5: failed; no known error found  [unknown; blame: unknown]")
+    assert record["message"].endswith("not restarted: an application error fails the same way again (see `mxc triage RUN`)")
 
 
 def test_dry_run_prints_the_command_and_writes_nothing(mxc: Mxc, mxc_home: Path, tmp_path: Path, code_repo: CodeRepo) -> None:

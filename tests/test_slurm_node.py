@@ -140,6 +140,30 @@ def test_collective_termination_is_requeued_and_an_application_error_is_not(
     assert [r["cause"] for r in slurm_of(final)["requeues"]] == ["infrastructure"]
 
 
+def test_the_end_of_training_is_not_a_hang(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,
+                                            standin_bin: Path) -> None:
+    """Three steps, checkpointing off (as in every imported config): after the last step, rank 0's
+    trainer stalls (JAX/PjRt can take minutes to shut down) and rank 1's exits 1. Neither is a hang
+    or an application error: once both ranks logged the final step, rank 0's trainer is ended after
+    runtime.exit_grace, and the run succeeds in its first attempt with a note; nothing is requeued,
+    nothing trained again from step 0."""
+    bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
+        "model.overrides.steps": 3, "checkpoint.period": 0, "runtime.exit_grace": 2, "restart.max": 1}))
+    run_id = submit(mxc, bundle, env=job_env(standin_bin, "*:0=stall,*:1=exit1"))
+    final = wait_final(mxc_home, run_id, timeout=240)
+    run = run_dir(mxc_home, run_id)
+    assert final.status == "succeeded" and final.restarts == 0, (final.message, run.log.read_text()[-3000:])
+    assert decisions(mxc_home, run_id) == [("completed", "done")]
+    stalled = "training completed; the trainer had not exited 2s after the final step 2 (runtime.exit_grace): mxc ended it"
+    failed = "training completed; the trainer exited 1 after the final step 2"
+    assert final.message == f"rank 0: {stalled}; rank 1: {failed}"
+    assert [(e["rc"], e["cause"], e["detail"]) for r in (0, 1) for e in events_of(mxc_home, run_id, r, "exit")] == [
+        (0, "completed", stalled), (0, "completed", failed)]
+    assert not events_of(mxc_home, run_id, 0, "hang") and not (run.path / "hang").exists()
+    assert sorted(p.name for p in run.path.glob("standin.attempt-*")) == ["standin.attempt-0.rank-0",
+                                                                         "standin.attempt-0.rank-1"]
+
+
 def test_a_slow_image_stage_holds_the_other_rank_at_the_barrier(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster,
                                                                 standin_bin: Path, tmp_path: Path) -> None:
     """node2's image stage ends only after node1's (the stand-in podman waits for node1's event):

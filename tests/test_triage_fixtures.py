@@ -50,6 +50,11 @@ def test_verdict(name: str) -> None:
         assert any(want["try_contains"] in t for t in verdict.try_), verdict.try_
     if "earlier_cause" in want:
         assert [e["cause"] for e in verdict.earlier] == [want["earlier_cause"]]
+    if want.get("record_names_the_verdict"):  # the run's own summary (record.json) names triage's cause
+        message = json.loads((FIXTURES / name / "record.json").read_text())["message"]
+        assert verdict.summary() in message, (verdict.summary(), message)
+    if "blame" in want:
+        assert verdict.blame == want["blame"]
     if "crash_signal" in want:
         assert verdict.crash is not None and verdict.crash["signal"] == want["crash_signal"]
         assert verdict.crash["core"].startswith("cores/core.rank-")

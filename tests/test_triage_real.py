@@ -211,3 +211,71 @@ def test_no_core_when_disabled(mxc: Mxc, mxc_home: Path, tmp_path: Path, crashin
     assert not (run_dir / "cores").exists() and not list(run_dir.glob("core*"))
     assert "core: none (runtime.cores.max_mb is 0)" in (run_dir / "stacks" / "crash.rank-0.attempt-0.txt").read_text()
 
+
+
+def summary_of(run_dir: Path) -> str:
+    """What `mxc triage` says of the run, in the words the run's own record must use."""
+    from mxc.runtime.triage import classify
+
+    return classify(run_dir).summary()
+
+
+def test_cpu_out_of_memory_is_the_models_and_the_summary_says_so(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    """A batch of 10^6 sequences on CPU: XLA's CPU client cannot allocate the step's 327 GB. The
+    model does not fit the device (the host, on CPU): device_oom, blame config, not a Python
+    exception in jax; and the run's summary names that same cause, not the policy's 'config error'."""
+    bundle = build(mxc, tmp_path, {"checkpoint": {"period": 0},
+                                   "model": {"overrides": {"per_device_batch_size": 1000000}}})
+    rc, run_dir = run(mxc_home, bundle)
+    assert rc == 1
+    verdict = triage(mxc, run_dir)
+    assert (verdict["cause"], verdict["blame"]) == ("device_oom", "config"), verdict["title"]
+    assert "RESOURCE_EXHAUSTED: Out of memory allocating" in verdict["first_error"]["text"]
+    message = json.loads((run_dir / "record.json").read_text())["message"]
+    assert message.startswith(f"training exited with 1: {summary_of(run_dir)}; not restarted: "), message
+    assert "[device_oom; blame: config]" in message and "config error" not in message
+
+
+def test_jax_platforms_naming_an_absent_gpu_blames_the_environment(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    """An NVIDIA spec (JAX_PLATFORMS=cuda) trained on this machine, which has no NVIDIA GPU: jax skips
+    cuda and asserts, inside MaxText's config validation. Only the environment is wrong: triage
+    blames JAX_PLATFORMS, not the spec's model.overrides, and the run's summary says the same."""
+    bundle = build(mxc, tmp_path, {"env": {"vars": {"JAX_PLATFORMS": "cuda"}},
+                                   "resources": {"gpu_vendor": "nvidia", "gpus_per_node": 1},
+                                   "runtime": {"preflight": {"gpus": False}}})
+    rc, run_dir = run(mxc_home, bundle)
+    assert rc == 1
+    verdict = triage(mxc, run_dir)
+    assert (verdict["cause"], verdict["blame"]) == ("jax_platform", "environment"), verdict["title"]
+    assert verdict["title"].endswith("(JAX_PLATFORMS=cuda)")
+    assert not any("model.overrides" in t for t in verdict["try"]) and any("JAX_PLATFORMS" in t for t in verdict["try"])
+    message = json.loads((run_dir / "record.json").read_text())["message"]
+    assert message.startswith(f"training exited with 1: {summary_of(run_dir)}; not restarted: "), message
+
+
+def test_a_run_ended_by_mxc_cancel_is_cancelled_by_the_user(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    """`mxc cancel` while the trainer waits at step 3 (tests/gates.py): the record says who stopped
+    it, and triage says so instead of explaining a SIGTERM or a SIGKILL as an operator or an OOM kill."""
+    bundle = build(mxc, tmp_path, {"checkpoint": {"period": 0},
+                                   "model": {"overrides": {"steps": 2000, "learning_rate_schedule_steps": 2000}}})
+    gate = PauseGate(Path(tempfile.mkdtemp(prefix="gate-", dir=mxc_home.parent)), {0: 3})
+    env = {**os.environ, "MXC_HOME": str(mxc_home), **gate.env()}
+    proc = subprocess.Popen([sys.executable, "-m", "mxc", "run", "-q", bundle], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        gate.wait_paused(0, alive=lambda: proc.poll() is None)
+        [run_dir] = (mxc_home / "runs").iterdir()
+        cancel = subprocess.Popen([sys.executable, "-m", "mxc", "cancel", run_dir.name], cwd=REPO, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        gate.release(0)  # the stop request reaches a trainer that runs on: it stops at its next step
+        assert cancel.wait(timeout=120) == 0, cancel.communicate()
+        assert proc.wait(timeout=120) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    record = json.loads((run_dir / "record.json").read_text())
+    assert (record["status"], record["cancelled_by"]) == ("cancelled", "mxc cancel")
+    verdict = triage(mxc, run_dir)
+    assert (verdict["cause"], verdict["blame"], verdict["title"]) == ("cancelled", "user",
+                                                                      "cancelled by the user (mxc cancel)")
+    assert not any("kill -9" in t or "OOM" in t for t in verdict["try"])

@@ -265,7 +265,7 @@ def _summary(record: Any, path: Path) -> str:
         compiled = f", compile {record.compile_s:.1f}s" if record.compile_s is not None else ""
         startup = f", first step after {record.time_to_first_step_s:.1f}s{compiled}"
     code = f" (exit {record.exit_code})" if record.status == "failed" and record.exit_code is not None else ""
-    message = f"\nmxc: {record.message}" if record.message and record.status != "succeeded" else ""
+    message = f"\nmxc: {record.message}" if record.message else ""  # a succeeded run's: a note (exit_grace)
     return f"mxc: run {record.run_id} {record.status}{code}{steps}{loss}{restarts}{startup}: {path}{message}"
 
 

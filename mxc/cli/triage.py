@@ -97,10 +97,7 @@ def render(verdict: Any, verbose: bool = False) -> str:
     code = f", exit {verdict.exit_code}" if verdict.exit_code not in (None, 0) else ""
     attempts = f", attempt {verdict.attempt} of {verdict.attempts}" if verdict.attempts > 1 else ""
     lines.append(f"run {verdict.run_id}: {verdict.status}{code}{attempts}")
-    if verdict.cause in ("none",):
-        lines.append(f"cause: none ({verdict.title})")
-    else:
-        lines.append(f"cause: {verdict.title}  [{verdict.cause}; blame: {verdict.blame}]")
+    lines.append(f"cause: {verdict.cause_line()}")
     if verdict.rank is not None or verdict.node:
         ranks = len(verdict.ranks)
         first = " (first failing rank of " + str(ranks) + ")" if ranks > 1 else ""

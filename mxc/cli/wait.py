@@ -45,7 +45,7 @@ def wait_and_exit(run: Any, interval: float, quiet: bool, as_json: bool) -> int:
         print_json({**record.model_dump(mode="json"), "shown_status": outcome.status, "exit_status": code})
     elif not quiet:
         end = f" (exit {record.exit_code})" if record.exit_code not in (None, 0) else ""
-        why = f": {record.message}" if record.message and outcome.status != "succeeded" else ""
+        why = f": {record.message}" if record.message else ""  # a succeeded run's: a note (runtime.exit_grace)
         print(f"mxc: run {record.run_id} {outcome.status}{end}{why}", file=sys.stderr)
     return code
 

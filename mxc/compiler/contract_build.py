@@ -200,7 +200,7 @@ def build_contract(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) 
         restart=Restart(max=spec.restart.max, final_step=total - 1 if total else None,
                         checkpointing=spec.checkpoint.period > 0),
         hang=Hang(init_timeout_s=rt.hang.init_timeout, step_timeout_s=rt.hang.step_timeout,
-                  step_pattern=STEP_PREFIX.pattern),
+                  step_pattern=STEP_PREFIX.pattern, exit_grace_s=rt.exit_grace),
         checkpoint=Checkpoint(dir=spec.checkpoint.dir, period=spec.checkpoint.period),
         train=Train(
             module=entry[1] if entry[0] == "module" else "", steps=total, args=maxtext_args(spec),

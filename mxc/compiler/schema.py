@@ -24,6 +24,7 @@ from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.gitrepo import repo_problem
 from mxc.node import placeholders
+from mxc.node.contract import EXIT_GRACE_S
 from mxc.node.detect import DETECTORS
 from mxc.node.notify_policy import secret_env_problem
 from mxc.node.secretscan import find_secrets
@@ -472,7 +473,7 @@ class ContainerOptions(Strict):
 class Runtime(AddedFields):
     """Where and how the bundle runs."""
 
-    added_fields = ("optional_mounts", "container_options")
+    added_fields = ("optional_mounts", "container_options", "exit_grace")
 
     backend: Literal["local", "slurm"] = Field("local", description="local: this machine; slurm: sbatch")
     container: Literal["apptainer", "podman", "docker", "native"] = Field(
@@ -495,6 +496,10 @@ class Runtime(AddedFields):
         "/dev/shm size, capabilities (docs/containers.md)")
     cores: CoreDumps = Field(default_factory=CoreDumps)
     hang: HangWatch = Field(default_factory=HangWatch)
+    exit_grace: int = Field(
+        EXIT_GRACE_S, ge=1, le=86400, description="seconds a trainer may take to exit once every rank has logged the final "
+        "step (and, with checkpointing, the final checkpoint is finished); after it mxc ends the trainer, and a stall "
+        "or a non-zero exit then is noted, not a failure: the run succeeded (JAX/PjRt can take minutes to shut down)")
 
 
 class Alerts(Strict):

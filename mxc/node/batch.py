@@ -167,7 +167,8 @@ class Batch:
 
     def decide(self, contract: RunContract, rc: int, stop_cause: str | None, nodes: int) -> int:
         ended = outcome.of_attempt(self.run, self.restarts, nodes)
-        cause = stop_cause or ended.cause
+        # Every rank's training completed (a USR2 came too late to matter): that, not the signal, is what happened.
+        cause = ended.cause if ended.cause == policy.COMPLETED else stop_cause or ended.cause
         if stop_cause is None and rc == 0 and ended.cause == policy.CANCELLED:
             cause = policy.COMPLETED  # stopped by nobody we know of, and successfully: srun says it completed
         latest = checkpoints.latest_checkpoint(checkpoints.checkpoints_dir(
@@ -176,9 +177,10 @@ class Batch:
             cause=cause, restarts=self.restarts, restart_max=contract.restart.max, checkpoint=latest,
             final_step=contract.restart.final_step, checkpointing=contract.restart.checkpointing))
         failed_rank = stop_cause is None and cause not in (policy.COMPLETED, policy.CANCELLED)
+        note = ended.detail if cause == policy.COMPLETED else None  # how the trainers went after the training was over
         self.event(events.Decision, cause=cause, action=decision.action, reason=decision.reason, checkpoint=latest,
                    rank=ended.rank if failed_rank else None, node=ended.node if failed_rank else None,
-                   detail=ended.detail if failed_rank else None)
+                   detail=ended.detail if failed_rank else note)
         where = f" (rank {ended.rank} on {ended.node})" if failed_rank and ended.rank is not None else ""
         self.log(f"{cause}{where}: {decision.action}: {decision.reason}; latest checkpoint: "
                  f"{latest if latest is not None else 'none'}")
@@ -191,7 +193,7 @@ class Batch:
         self.event(events.End, rc=final)
         if self.report is not None:
             if decision.action == policy.DONE:
-                self.report.ended("succeeded", 0, "", cause=cause)
+                self.report.ended("succeeded", 0, note or "", cause=cause)
             else:
                 what = f"{cause}{where}: {ended.detail}" if failed_rank and ended.detail else f"{cause}{where}"
                 self.report.ended("failed", final, f"{what}; not requeued: {decision.reason}", cause=cause,

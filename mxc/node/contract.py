@@ -18,6 +18,7 @@ from typing import Any
 from .typed import from_dict
 
 FORMAT = "mxc-contract/v1"
+EXIT_GRACE_S = 120  # runtime.exit_grace's default (seconds)
 FILE = "run.json"
 # pydantic (mxc's reader) forbids unknown keys and coercion, like typed.from_dict does.
 STRICT: Any = {"extra": "forbid", "strict": True}
@@ -63,6 +64,9 @@ class Hang:
     init_timeout_s: int  # no output at all for this long before the first step: hung
     step_timeout_s: int  # no new step for this long after the first: hung
     step_pattern: str  # regex of the trainer's completed-step line (mxc.runtime.logs.trainlog.STEP_PREFIX)
+    # runtime.exit_grace: once every rank logged the final step (restart.final_step) and, with checkpointing, its
+    # checkpoint is finished, the trainer gets this long to exit; then it is ended and the attempt completed
+    exit_grace_s: int = EXIT_GRACE_S
     __pydantic_config__ = STRICT
 
 

@@ -62,9 +62,24 @@ def of_attempt(run: Path, attempt: int, nprocs: int) -> Outcome:
                        "no exit recorded: killed outright (SIGKILL, the OOM killer, or its node failed)", None)
     if len(exits) == nprocs and all(e.cause == policy.COMPLETED for e in exits.values()):
         steps = [e.last_step for e in exits.values() if e.last_step is not None]
-        return Outcome(policy.COMPLETED, None, None, None, 0, None, max(steps) if steps else None)
+        return Outcome(policy.COMPLETED, None, None, None, 0, completion_note(exits, nprocs),
+                       max(steps) if steps else None)
     if exits:  # every exit was a stop on request
         first = min(exits.values(), key=lambda e: (e.time, e.rank))
         return Outcome(policy.CANCELLED, first.rank, first.node, first.stage, first.rc, first.detail, first.last_step)
     # Not one rank got as far as its start event: the node program could not run (no python3?).
     return Outcome(policy.STAGE_FAILED, None, None, "start", None, "no rank recorded a start", None)
+
+
+def completion_note(exits: dict[int, events.RankExit], nprocs: int) -> str | None:
+    """What the ranks noted about a completed attempt (policy.after_training: a trainer that had to
+    be ended, or exited non-zero, after the training was over), the same note of several ranks once."""
+    ranks: dict[str, list[int]] = {}
+    for rank in sorted(exits):
+        detail = exits[rank].detail
+        if detail:
+            ranks.setdefault(detail, []).append(rank)
+    if nprocs == 1:
+        return "; ".join(ranks) or None
+    return "; ".join(f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}: {note}"
+                     for note, r in ranks.items()) or None

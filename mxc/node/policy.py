@@ -8,7 +8,9 @@ a new attempt locally. Every requeue is bounded by ``restart.max``.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
+from typing import Callable
 
 # Why an attempt ended (the vocabulary of Decision.cause and RankExit.cause).
 COMPLETED = "completed"  # training ran to its end
@@ -78,6 +80,37 @@ def decide(s: Situation) -> Decision:
                               "a requeue would start over and meet the same limit")
     resume = f"from checkpoint {s.checkpoint}" if s.checkpoint is not None else "from the start (no checkpoint yet)"
     return Decision(REQUEUE, f"{s.cause.replace('_', ' ')}: restart {s.restarts + 1} of at most {s.restart_max}, {resume}")
+
+
+def training_over(last_step: int | None, final_step: int | None, checkpointing: bool,
+                  checkpoint: Callable[[], int | None]) -> bool:
+    """Whether a rank's training reached its end: it logged the final step (the spec fixes ``steps``)
+    and, with checkpointing, the final step's checkpoint is finished (``checkpoint``: the latest
+    finished one, asked only then: it scans a directory). Nothing the trainer does after that (a
+    shut-down that takes minutes, an exit code from JAX's teardown) can lose work, so none of it is
+    a reason to restart: a restart without a checkpoint would train again from step 0."""
+    if final_step is None or last_step is None or last_step < final_step:
+        return False
+    if not checkpointing:
+        return True
+    latest = checkpoint()
+    return latest is not None and latest >= final_step
+
+
+def after_training(rc: int, ended_after_s: int | None, final_step: int) -> tuple[str, str | None]:
+    """The cause of a trainer that ended once the training was over on every rank (``training_over``),
+    and the note the record keeps when it did not simply exit 0: it is ``completed`` either way.
+    ``ended_after_s``: mxc ended it that long after the training was over (runtime.exit_grace)."""
+    if ended_after_s is not None:
+        return COMPLETED, (f"training completed; the trainer had not exited {ended_after_s}s after the final step "
+                           f"{final_step} (runtime.exit_grace): mxc ended it")
+    if rc != 0:
+        try:
+            how = f" ({signal.Signals(rc - 128).name})" if rc > 128 else ""
+        except ValueError:
+            how = ""
+        return COMPLETED, f"training completed; the trainer exited {rc}{how} after the final step {final_step}"
+    return COMPLETED, None
 
 
 def start_refusal(restarts: int, restart_max: int) -> str | None:

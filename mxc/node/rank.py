@@ -49,7 +49,7 @@ from . import (
 from .contract import ContractError, RunContract, Stage
 from .contract import load as load_contract
 from .imagecache import ImageError
-from .trainer import Result, StopRequest, Trainer
+from .trainer import EndOfTraining, Result, StopRequest, Trainer
 
 KILLED_SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 OBSERVER_STOP_S = 30.0
@@ -354,7 +354,8 @@ class Rank:
                           timeout_s=stage.timeout_s, grace_s=stage.grace_s, stop=self.stop, markers=markers,
                           dump_stacks=lambda pids: self._dump_stacks(pids, py_spy), log=self.log,
                           started=lambda pid: livestacks.record_trainer(self.run, self.rank, self.node, self.attempt,
-                                                                        pid, markers, py_spy))
+                                                                        pid, markers, py_spy),
+                          end=self._end_of_training(contract, ckpt_dir))
         started = time.monotonic()
         self.interruptible = False
         if self.stop.requested:  # a request that came between the stages and now
@@ -368,8 +369,8 @@ class Rank:
         self.event(events.StageEnd, stage="train", rc=124 if result.timed_out else result.rc,
                    seconds=round(time.monotonic() - started, 3),
                    timed_out=result.timed_out, detail=None)
-        # Always: it removes its marker; a hang's kill is ours, not evidence of anything.
-        evidence.collect(0 if result.hang is not None else result.rc, exe)
+        # Always: it removes its marker; a kill for a hang or after the training was over is ours, not evidence.
+        evidence.collect(0 if result.hang is not None or result.ended_after_s is not None else result.rc, exe)
         cause, detail = classify(result)
         if result.hang is not None:
             h = result.hang
@@ -380,12 +381,26 @@ class Rank:
                              time.monotonic() + HANG_STACKS_WAIT_S)
         if result.rc == 0 and not result.stopped:
             self.log("training finished")
+        elif cause == policy.COMPLETED:
+            self.log(str(detail))  # the training is over, however the trainer went: not a failure (exit 0)
         elif result.stopped:
             self.log("training stopped on request")
         elif cause != policy.HANG and not result.timed_out:
             self.log(f"stage train failed (exit {result.rc})")
-        rc = 124 if result.timed_out else result.rc  # as timeout(1) reports it
+        rc = 0 if cause == policy.COMPLETED else 124 if result.timed_out else result.rc  # 124: as timeout(1) says
         return self.exit("train", rc, cause, detail, result.timed_out, result.last_step)
+
+    def _end_of_training(self, contract: RunContract, ckpt_dir: Path) -> EndOfTraining | None:
+        """When the training is over (policy.training_over on every rank), for the hang watch's exit phase."""
+        final = contract.restart.final_step
+        if final is None:
+            return None
+        return EndOfTraining(
+            final_step=final, exit_grace_s=contract.hang.exit_grace_s,
+            over=lambda last: policy.training_over(last, final, contract.restart.checkpointing,
+                                                   lambda: checkpoints.latest_checkpoint(ckpt_dir)),
+            directory=layout.barrier(self.run, self.attempt, "trained"), rank=self.rank, node=self.node,
+            nprocs=self.nprocs)
 
     def _dump_stacks(self, pids: list[int], py_spy: str | None) -> list[tuple[str, str]]:
         dumps = stacks.dump_stacks(stacks.pythons(pids), layout.stacks(self.run), f"hang.rank-{self.rank}.attempt-{self.attempt}",
@@ -423,6 +438,8 @@ class Rank:
 
 def classify(result: Result) -> tuple[str, str | None]:
     """The rank-level cause of a train stage's end (policy.CAUSES) and what shows it."""
+    if result.finished_step is not None:  # the training was over on every rank before the trainer ended
+        return policy.after_training(result.rc, result.ended_after_s, result.finished_step)
     if result.hang is not None:
         return policy.HANG, f"{result.hang.phase}: no progress for {result.hang.idle_seconds:.0f}s"
     if result.stopped:

@@ -9,7 +9,12 @@ reads it on the way:
   makes this rank dump its trainer's stacks, kill it and report ``hang``;
 * the first line matching one of run.json's infrastructure patterns (from the triage catalog) is
   kept: a failure after it is the infrastructure's, which the restart policy requeues;
-* the last completed step is kept for the exit event.
+* the last completed step is kept for the exit event;
+* once the training is over on every rank (``EndOfTraining``: the final step logged and, with
+  checkpointing, its checkpoint finished, on each rank), the hang watch gives the trainer
+  ``runtime.exit_grace`` to exit and then ends it; a trainer that exits non-zero after its final
+  step waits (as long) for the other ranks to get there too. Either way the training completed
+  (policy.after_training): a slow or failed shut-down is never a hang, a requeue or a retrain.
 
 A stop request (SIGTERM, SIGINT, USR2 to the node program) becomes SIGTERM for the trainer, which
 MaxText answers with a checkpoint; SIGKILL follows after the stage's grace. The trainer starts
@@ -31,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
 
-from . import procs
+from . import barrier, procs
 from .contract import Hang, InfraPattern
-from .hangwatch import HangWatch, Hung
+from .hangwatch import EXIT, SETTING, HangWatch, Hung
 
 POLL_S = 0.2
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
@@ -76,6 +81,35 @@ class Result:
     first_step_seen: bool = False
     last_step: int | None = None
     pid: int | None = None
+    finished_step: int | None = None  # the final step, when the training was over on every rank before the trainer ended
+    ended_after_s: int | None = None  # mxc ended the trainer this long after that (runtime.exit_grace)
+
+
+@dataclass
+class EndOfTraining:
+    """Whether the training is over on every rank. Each rank decides for itself (``over``:
+    policy.training_over on its last step) and says so with a file in ``directory`` (one per rank,
+    as the barrier's, in the shared run directory); the training is over when every rank's is there."""
+
+    final_step: int
+    exit_grace_s: int
+    over: Callable[[int | None], bool]
+    directory: Path
+    rank: int
+    node: str
+    nprocs: int
+    here: bool = False  # this rank's training is over (its file is written)
+
+    def everywhere(self, last_step: int | None) -> bool:
+        if not self.here:
+            if not self.over(last_step):
+                return False
+            try:
+                barrier.arrive(self.directory, self.rank, self.node)
+            except OSError:
+                return False  # the shared directory cannot be written: the limits of a training in progress hold
+            self.here = True
+        return barrier.arrived(self.directory).issuperset(range(self.nprocs))
 
 
 class InfraMatcher:
@@ -150,7 +184,8 @@ class Trainer:
                  grace_s: int, stop: StopRequest, markers: list[str],
                  dump_stacks: Callable[[list[int]], list[tuple[str, str]]],
                  log: Callable[[str], None], output: IO[bytes] | None = None,
-                 clock: Callable[[], float] = time.monotonic, started: Callable[[int], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, started: Callable[[int], None] | None = None,
+                 end: EndOfTraining | None = None) -> None:
         self.argv, self.env, self.cwd = argv, env, cwd
         self.hang, self.metrics, self.hang_marker, self.rank = hang, metrics, hang_marker, rank
         self.timeout_s, self.grace_s, self.stop, self.markers = timeout_s, grace_s, stop, markers
@@ -159,6 +194,7 @@ class Trainer:
         self.output = output if output is not None else sys.stdout.buffer
         self.clock = clock
         self.started = started  # told the trainer's pid once it runs (the record `mxc stacks` finds it by)
+        self.end = end  # None: the spec does not fix the number of steps, so no end is known
         self._faulthandler_files: list[str] = []  # stack files to fill from the trainer's own output
 
     def run(self) -> Result:
@@ -188,7 +224,23 @@ class Trainer:
             captured = "".join(seen.capture or [])
         result.pid = proc.pid
         self._fill_faulthandler(captured)
+        if result.rc != 0 and result.finished_step is None and self._failure_after_the_end(result):
+            assert self.end is not None
+            result.finished_step = self.end.final_step
         return result
+
+    def _failure_after_the_end(self, result: Result) -> bool:
+        """A trainer that failed by itself after this rank's training was over: whether the training
+        is over on every rank, waiting for the others at most runtime.exit_grace (they may be a
+        moment behind; a hang or a stop on the way is an answer too: no)."""
+        if self.end is None or result.stopped or result.timed_out or result.hang is not None:
+            return False
+        deadline = self.clock() + self.end.exit_grace_s
+        while not self.end.everywhere(result.last_step):
+            if not self.end.here or self.stop.requested or self._marker() is not None or self.clock() >= deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
 
     def _fill_faulthandler(self, captured: str) -> None:
         """Without py-spy, SIGABRT made faulthandler print the stacks into the trainer's output,
@@ -201,7 +253,7 @@ class Trainer:
 
     def _watch(self, proc: subprocess.Popen[bytes], seen: _Seen) -> Result:
         started = self.clock()
-        watch = HangWatch(self.hang.init_timeout_s, self.hang.step_timeout_s, started)
+        watch = HangWatch(self.hang.init_timeout_s, self.hang.step_timeout_s, started, self.hang.exit_grace_s)
         metrics_size = _size(self.metrics)
         term_at: float | None = None
         killed = False
@@ -218,6 +270,12 @@ class Trainer:
                     watch.output(seen.last_output)
                 if seen.last_step_at is not None:
                     watch.step(seen.last_step_at)
+                last_step = seen.last_step
+            if self.end is not None and watch.phase != EXIT and self.end.everywhere(last_step):
+                watch.finished(now)
+                result.finished_step = self.end.final_step
+                self.log(f"training over on every rank (final step {self.end.final_step}): the trainer has "
+                         f"{self.end.exit_grace_s}s to exit ({SETTING[EXIT]})")
             size = _size(self.metrics)
             if size > metrics_size:
                 metrics_size = size
@@ -236,8 +294,15 @@ class Trainer:
                 killed = True
             if result.hang is None and term_at is None:
                 hung = watch.check(now)
-                other = self._marker()
-                if hung is not None or other is not None:
+                other = None if watch.phase == EXIT else self._marker()  # the others' training is over too
+                if hung is not None and not hung.is_hang:
+                    result.ended_after_s = hung.limit_s
+                    self.log(f"the trainer has not exited {hung.limit_s}s after the training was over "
+                             f"({SETTING[EXIT]}): ending it; the training completed")
+                    self.kill_all(proc.pid)
+                    killed = True
+                    term_at = now
+                elif hung is not None or other is not None:
                     result.hang = self._hung(proc, seen, hung, other, watch)
                     killed = True
                     term_at = now
@@ -264,7 +329,7 @@ class Trainer:
             other = {"rank": self.rank, "phase": hung.phase, "idle_seconds": round(hung.idle_seconds, 1),
                      "limit_s": hung.limit_s}
             self._write_marker(other)
-            limit = "runtime.hang.init_timeout" if hung.phase == "init" else "runtime.hang.step_timeout"
+            limit = SETTING[hung.phase]
             what = "no training output" if hung.phase == "init" else "no training step"
             when = " before the first step" if hung.phase == "init" else ""
             self.log(f"{what} for {hung.idle_seconds:.0f}s{when} ({limit} {hung.limit_s}s): hung; "

@@ -7,7 +7,9 @@ What it does is chosen per attempt and rank by ``MXCTEST_TRAINER``: comma-separa
 * ``silent``: prints nothing and waits for ever, as a rank hung in NCCL/RCCL initialisation does;
 * ``nccl``: XLA's collective termination message (xla/service/rendezvous.cc) and its exit code 42;
 * ``error``: one step, then a Python exception (an application error), exit 1;
-* ``stall``: three steps, then waits for ever in ``stuck_in_collective`` (a hang after the first step).
+* ``stall``: three steps, then waits for ever in ``stuck_in_collective`` (a hang after the first step; with
+  ``steps=3`` a shut-down that does not end after the last step);
+* ``exit1``: three steps, then exit 1 (with ``steps=3``, a failure after the last step, as JAX's teardown can).
 
 It records the start in ``$MXC_RUN_DIR/standin.attempt-A.rank-R`` (its pid), so tests can wait on it;
 with ``MXCTEST_ENV_DUMP`` set, it also dumps its whole environment into ``$MXC_RUN_DIR/environment.attempt-A.rank-R.json``
@@ -74,6 +76,9 @@ def main() -> int:
         step(n)
     if what == "stall":
         stuck_in_collective()
+    if what == "exit1":
+        print("stand-in: exit 1 after the last step", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

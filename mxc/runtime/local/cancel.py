@@ -19,12 +19,17 @@ def cancel(run: RunDir, record: RunRecord) -> RunRecord:
     import time
 
     from mxc.errors import UserError
+    from mxc.node import layout
     from mxc.runtime import runs
+    from mxc.runtime.record import now_iso
 
     alive = runs.supervisor_alive(record)
     if alive is None:
         raise UserError(f"run {run.run_id} is not running on this machine (its supervisor cannot be verified here)")
     identity = runs.supervisor(record)
+    if alive and identity is not None:
+        # The record then says who stopped it (cancelled_by "mxc cancel", not a bare SIGTERM).
+        (run.path / layout.CANCEL_REQUEST).write_text(now_iso() + "\n")
     if not alive or identity is None or not identity.send(signal.SIGTERM):
         return _end_lost(run, record)
     deadline = time.monotonic() + 60

@@ -106,8 +106,8 @@ class Supervisor:
                     if self._stop_signal is not None:
                         self._finish("cancelled", code, f"cancelled by {signal.Signals(self._stop_signal).name}")
                         break
-                    if code == 0:
-                        self._finish("succeeded", 0, None)
+                    if code == 0:  # with the rank's note when its trainer went badly after the training was over
+                        self._finish("succeeded", 0, self.record.attempts[-1].reason)
                         break
                     decision = self._decide(attempt, code, follower)
                     if decision.action == policy.DONE:
@@ -171,6 +171,8 @@ class Supervisor:
         ended = outcome.of_attempt(self.run.path, number, 1)
         cause = policy.COMPLETED if code == 0 and ended.cause in (policy.COMPLETED, policy.STAGE_FAILED) else ended.cause
         attempt.cause = cause
+        if cause == policy.COMPLETED and ended.detail:
+            attempt.reason = ended.detail  # policy.after_training's note: completed, however the trainer went
         if cause == policy.HANG:
             self._mark_hung(number, attempt)
 
@@ -232,7 +234,22 @@ class Supervisor:
         what = f"training exited with {code}" + (f" ({sig})" if sig else "")
         why = None if sig else follower.failure_reason()
         detail = f": {why}" if why else (f": {ended.detail}" if ended.detail else "")
-        return policy.Decision(decision.action, f"{what} ({cause.replace('_', ' ')}){detail}; not restarted: {decision.reason}")
+        return policy.Decision(decision.action, f"{what}: {self._named_cause(cause, detail)}; not restarted: {decision.reason}")
+
+    def _named_cause(self, cause: str, detail: str) -> str:
+        """What failed, in the words of `mxc triage` (the same verdict, so the run's summary and triage
+        never name two causes: the restart policy's cause only says what a restart can do); the
+        policy's cause when triage cannot run; the last error line when it found nothing it knows."""
+        try:
+            from mxc.runtime.triage import classify
+
+            verdict = classify(self.run.path, self.record.model_copy(update={"status": "failed"}))
+        except Exception as exc:  # the record must be written whatever triage makes of the run
+            print(f"mxc: warning: triage failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            verdict = None
+        if verdict is None or verdict.cause == "none":
+            return f"{cause.replace('_', ' ')}{detail}"
+        return verdict.summary() if verdict.first_error is not None else verdict.cause_line() + detail
 
     def _mark_hung(self, number: int, attempt: Attempt) -> None:
         found, _ = events.read(layout.rank_events(self.run.path, 0), events.RANK_EVENTS)
@@ -258,11 +275,13 @@ class Supervisor:
             status = "hung"  # the node program's hang watch stopped the last attempt
             why = (last.reason or "").removeprefix("hung: ")
             message = f"{why}; {message}" if message else why
+        if status == "cancelled" and self._stop_signal is not None:
+            self.record.cancelled_by = signal.Signals(self._stop_signal).name
+            if (self.run.path / layout.CANCEL_REQUEST).exists():  # mxc cancel says so before its SIGTERM
+                self.record.cancelled_by, message = "mxc cancel", "cancelled with mxc cancel"
         self.record.status = status  # type: ignore[assignment]
         self.record.exit_code = code
         self.record.message = message
-        if status == "cancelled" and self._stop_signal is not None:
-            self.record.cancelled_by = signal.Signals(self._stop_signal).name
         self.record.ended = now_iso()
         self.record.final = True
         self._log_line(f"[mxc] run {status}" + (f": {message}" if message else ""))

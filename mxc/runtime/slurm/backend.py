@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mxc.errors import UserError, cannot_write
+from mxc.node import policy
 from mxc.node.contract import RunContract
 from mxc.node.secretscan import redact_secrets
 from mxc.runtime import detections
@@ -367,8 +368,9 @@ def _finish(record: RunRecord, state: JobState, files: slurm_events.JobFiles) ->
     if status == "failed" and failure is not None and failure.rc:
         rc = failure.rc
     record.exit_code = rc if rc is not None else (0 if status == "succeeded" else None)
-    if status == "succeeded":
-        record.message = None
+    if status == "succeeded":  # the job's note when a trainer went badly after the training was over
+        decided = record.attempts[-1].decision if record.attempts else None
+        record.message = decided.detail if decided is not None and decided.cause == policy.COMPLETED else None
     elif status == "cancelled":
         record.message = "cancelled with mxc cancel" if files.cancel_requested else f"Slurm job {state.job_id} was cancelled"
     elif not record.message:

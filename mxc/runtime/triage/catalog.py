@@ -17,7 +17,7 @@ import yaml
 
 ROLES = ("cause", "consequence")
 _NAMED = re.compile(r"\(\?P<\w+>")
-BLAMES = ("config", "code", "flags", "node", "network", "scheduler", "data", "unknown")
+BLAMES = ("config", "code", "flags", "environment", "node", "network", "scheduler", "data", "user", "unknown")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from mxc.runtime.triage.logs import Hit, Scanner
 LOG_GLOBS = ("train.log", "*.out", "*.err", "slurm-*.log", "logs/*.log")
 SITE = re.compile(r"/(site|dist)-packages/(?P<pkg>[A-Za-z0-9_]+)/")
 STRUCTURED = (".tsv", ".json", ".jsonl")
-TITLED = frozenset({"native_crash", "killed", "stage_timeout", "device_oom", "host_oom", "nccl_error"})  # detail in title
+TITLED = frozenset({"native_crash", "killed", "stage_timeout", "device_oom", "host_oom", "nccl_error",
+                    "cancelled", "jax_platform"})  # detail in title
 
 
 @dataclass
@@ -51,6 +52,18 @@ class Verdict:
     also: list[dict[str, Any]] = field(default_factory=list)
     stacks: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def cause_line(self) -> str:
+        """The cause in one line: what `mxc triage` says first, and what a failed run's record says."""
+        if self.cause == "none":
+            return f"none ({self.title})"
+        return f"{self.title}  [{self.cause}; blame: {self.blame}]"
+
+    def summary(self) -> str:
+        """``cause_line`` and the first error's detail where the title does not hold it yet."""
+        first = self.first_error
+        detail = (first.detail or first.text) if first is not None else None
+        return self.cause_line() + (f": {detail[:300]}" if detail and detail not in self.title else "")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -168,6 +181,7 @@ def _scan(root: Path, record: RunRecord | None) -> _Scan:
     evidence.stack_files(root, scanner, facts)
     if record:
         evidence.record_hits(record, scanner)
+    evidence.platform_hits(record, scanner)
     attempts = sorted(scanner.scan.attempts | {a.number for a in (record.attempts if record else [])})
     evidence.metrics_facts(root, scanner, facts, attempts[-1] if attempts else 0)
     evidence.hang_from_progress(scanner, facts)

@@ -226,9 +226,18 @@ def crashing_thread(path: Path, limit: int = 12) -> list[str]:
     return ([signal_line] if signal_line else []) + frames[:limit]
 
 
+# Who stopped a cancelled run (record.cancelled_by), for a person.
+CANCELLED_BY = {"mxc cancel": "mxc cancel", "SIGINT": "Ctrl-C: SIGINT to mxc run",
+                "SIGTERM": "SIGTERM to mxc run: kill or an older mxc cancel", "SIGHUP": "SIGHUP: mxc run's terminal closed"}
+
+
 def record_hits(record: RunRecord, scanner: Scanner) -> None:
     catalog = scanner.catalog
     last = max((a.number for a in record.attempts), default=0)
+    if record.status == "cancelled":  # the record knows: no signal the trainer died of is evidence of a failure
+        by = CANCELLED_BY.get(record.cancelled_by or "", record.cancelled_by or record.message or "status cancelled")
+        scanner.add(_hit(catalog, "cancelled", f"status cancelled ({by})", "record.json", attempt=last,
+                         detail=by))
     if record.status == "hung":
         scanner.add(_hit(catalog, "hang", f"record.json: status hung ({record.message or 'no progress'})", "record.json",
                          attempt=last, detail=record.message or "status hung", priority=catalog.cause("hang").priority + 10))
@@ -249,6 +258,24 @@ def record_hits(record: RunRecord, scanner: Scanner) -> None:
         failure = record.slurm.first_failure if record.slurm else None
         scanner.add(_hit(catalog, mapping[state], f"Slurm job state {state}", "record.json", attempt=last,
                          rank=failure.rank if failure else None, node=failure.node if failure else None, detail=state))
+
+
+def platform_hits(record: RunRecord | None, scanner: Scanner) -> None:
+    """JAX's platform start-up, told apart from the code and the config: a traceback that ends in
+    jax's backend start-up (xla_bridge.py) is a ``jax_platform`` failure too, and each such hit names
+    the training's JAX_PLATFORMS (the record's view of rank 0's training environment)."""
+    environment = (record.training or {}).get("environment") if record else None
+    wanted = environment.get("JAX_PLATFORMS") if isinstance(environment, dict) else None
+    named = f"JAX_PLATFORMS={wanted}" if wanted else "JAX_PLATFORMS not set"
+    for hit in list(scanner.scan.hits):
+        innermost = str((hit.extra.get("innermost") or {}).get("file", ""))
+        if hit.cause == "python_exception" and innermost.endswith("jax/_src/xla_bridge.py"):
+            scanner.add(_hit(scanner.catalog, "jax_platform", hit.text, hit.source, line=hit.line, rank=hit.rank,
+                             node=hit.node, attempt=hit.attempt, time=hit.time, detail=named))
+        elif hit.cause == "jax_platform" and hit.detail is None:
+            hit.detail = named
+        elif hit.cause == "jax_platform":
+            hit.detail = f"{named}: {hit.detail}"
 
 
 def metrics_facts(root: Path, scanner: Scanner, facts: Facts, attempt: int) -> None:
