@@ -216,6 +216,7 @@ def build_contract(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) 
         rank_env=rank_environments(spec),
         detect=list(spec.env.detect),
         env_merge=env_merge(spec),
+        env_pass=list(spec.env.pass_) or None,
         container=Container(
             kind=rt.container, image_ref=image.ref if image else None, image_digest=image.digest if image else None,
             gpu_vendor=spec.resources.gpu_vendor, mounts=list(rt.mounts),

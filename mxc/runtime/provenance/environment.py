@@ -4,7 +4,9 @@ record.json is world-readable (0644) and travels with bug reports, so the record
 is chosen by exact name, never by prefix (``TF_*`` once recorded ``TF_TOKEN_app_terraform_io``,
 ``TF_VAR_db_password``): mxc's own variables, the variables of the curated catalog ``mxc check``
 knows (mxc/compiler/data/env_vars.json: NCCL, RCCL, CUDA, HSA, XLA, ... tuning), a short list of
-names that shape what training does, and the names the spec itself sets in ``env.vars``. Even
+names that shape what training does, the base every training gets from the caller's shell
+(``PATH``, ``HOME``, ``LANG``... mxc/node/envboundary.py), and the names the spec itself sets in
+``env.vars`` or passes in ``env.pass``. Even
 then, a name that says it holds a secret (``*_TOKEN``, ``*_PASSWORD``, ``*_API_KEY``...) or is
 the spec's ``notify.secret_env`` is not recorded, and a value shaped like a secret has that part
 replaced by *** (mxc/node/secretscan.py). The rest of the environment is passed through to
@@ -19,6 +21,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from mxc.node import envboundary
 from mxc.node.secretscan import redact_secrets, secret_named
 
 # Variables mxc itself sets or reads for a run (plans, sbatch exports, the bundle's scripts).
@@ -46,10 +49,20 @@ def catalog_names() -> frozenset[str]:
     return frozenset(raw["variables"])
 
 
+# The base that crosses from the caller's shell into every training (mxc/node/envboundary.py), by
+# exact name (LC_* as POSIX and glibc name them): recorded so that `mxc rerun` can compare it.
+BASE_NAMES = frozenset(envboundary.CALLER_NAMES) | frozenset({
+    "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "LC_TIME", "LC_COLLATE", "LC_MONETARY", "LC_MESSAGES", "LC_PAPER",
+    "LC_NAME", "LC_ADDRESS", "LC_TELEPHONE", "LC_MEASUREMENT", "LC_IDENTIFICATION",
+})
+
+
 def recorded_names(spec: Mapping[str, Any]) -> frozenset[str]:
-    """Every name a record of a run of ``spec`` may keep."""
-    spec_names = (spec.get("env") or {}).get("vars") or {}
-    return MXC_NAMES | TRAINING_NAMES | catalog_names() | frozenset(str(name) for name in spec_names)
+    """Every name a record of a run of ``spec`` may keep: the lists above, and what the spec sets
+    (``env.vars``) or passes (``env.pass``; a secret-named one is still left out)."""
+    env = spec.get("env") or {}
+    spec_names = [*(env.get("vars") or {}), *(env.get("pass") or [])]
+    return MXC_NAMES | TRAINING_NAMES | BASE_NAMES | catalog_names() | frozenset(str(name) for name in spec_names)
 
 
 def recorded_environment(env: Mapping[str, str], spec: Mapping[str, Any]) -> dict[str, str]:
