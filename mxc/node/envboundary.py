@@ -43,6 +43,8 @@ GPU_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_D
 MODULE_VARS = "MXC_MODULE_VARS"
 BEFORE_MODULES = "MXC_ENV_BEFORE_MODULES"
 OWN_PREFIX = "MXC_"
+# What bash changes by itself between the two looks (``_``: the last command; SHLVL: one less after exec).
+SHELL_STATE = ("_", "SHLVL", "PWD", "OLDPWD")
 
 
 def in_caller_base(name: str) -> bool:
@@ -89,9 +91,9 @@ def crossed(env: Mapping[str, str], passed: Sequence[str]) -> dict[str, Any]:
 
 def module_vars(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
     """The variables ``module load``s set or changed: in ``after`` with another value than in ``before``
-    (mxc's own variables left out, and ``_``, which bash sets to each command it runs)."""
+    (mxc's own variables left out, and bash's own bookkeeping, ``SHELL_STATE``)."""
     return sorted(name for name, value in after.items()
-                  if before.get(name) != value and not name.startswith(OWN_PREFIX) and name != "_")
+                  if before.get(name) != value and not name.startswith(OWN_PREFIX) and name not in SHELL_STATE)
 
 
 def parse_env0(data: bytes) -> dict[str, str]:
