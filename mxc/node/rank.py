@@ -38,6 +38,7 @@ from . import (
     envboundary,
     envmerge,
     events,
+    eventscrub,
     integrity,
     layout,
     livestacks,
@@ -353,12 +354,16 @@ class Rank:
         evidence.begin()
         markers = [f"MXC_RUN_DIR={self.run}", f"MXC_RANK={self.rank}", f"MXC_ATTEMPT={self.attempt}"]
         py_spy = shutil.which("py-spy") or _beside(exe, "py-spy")
+        # a secret the spec passes (env.pass: [HF_TOKEN]) is masked in MaxText's event files and the log
+        secrets = eventscrub.passed_secrets(train_env, contract.env_pass or [])
+        scrubber = eventscrub.EventScrubber(output_dir / self.run.name / "tensorboard", secrets) if secrets else None
         trainer = Trainer(argv, train_env, code_dir, hang=contract.hang, infrastructure=contract.infrastructure,
                           metrics=metrics, hang_marker=layout.hang_marker(self.run, self.attempt), rank=self.rank,
                           timeout_s=stage.timeout_s, grace_s=stage.grace_s, stop=self.stop, markers=markers,
                           dump_stacks=lambda pids: self._dump_stacks(pids, py_spy), log=self.log,
                           started=lambda pid: livestacks.record_trainer(self.run, self.rank, self.node, self.attempt,
-                                                                        pid, markers, py_spy))
+                                                                        pid, markers, py_spy),
+                          redact=eventscrub.line_redactor(secrets), tick=scrubber.scan if scrubber else None)
         started = time.monotonic()
         self.interruptible = False
         if self.stop.requested:  # a request that came between the stages and now
@@ -368,6 +373,8 @@ class Rank:
             result = trainer.run()
         finally:
             trainer.kill_all(None)  # whatever of it is left (helpers, a Ray actor's child)
+            if scrubber is not None:
+                scrubber.scan()  # what the writer flushed as the trainer ended
             self._stop_observer(observer)
         self.event(events.StageEnd, stage="train", rc=124 if result.timed_out else result.rc,
                    seconds=round(time.monotonic() - started, 3),

@@ -28,7 +28,7 @@ from mxc.fsutil import loads, open_regular
 from mxc.node import envboundary
 from mxc.node.envmerge import may_be_secret
 from mxc.runtime.logs.metrics_merge import LOSS_KEY, PART, merge
-from mxc.runtime.provenance.environment import recorded_environment
+from mxc.runtime.provenance.environment import recorded_caller
 from mxc.runtime.provenance.hostfacts import Drift
 from mxc.runtime.record import RunRecord
 
@@ -46,7 +46,7 @@ def environment_drift(training: Mapping[str, Any] | None, env: Mapping[str, str]
     old: dict[str, str] = {str(k): str(v) for k, v in training["caller"].items()}
     old_passed = {str(n) for n in training.get("passed") or []}
     from_modules = {str(n) for n in training.get("modules") or []}
-    new = recorded_environment(envboundary.from_caller(env, passed), spec)
+    new = recorded_caller(envboundary.from_caller(env, passed), spec)
     out = []
     for name in sorted((set(old) | set(new)) - from_modules):
         if old.get(name) != new.get(name):

@@ -16,7 +16,7 @@ from typing import Any
 
 from mxc.fsutil import read_json
 from mxc.node import layout
-from mxc.runtime.provenance.environment import recorded_environment
+from mxc.runtime.provenance.environment import recorded_caller, recorded_environment
 from mxc.runtime.provenance.hostfacts import Drift
 from mxc.runtime.record import RunRecord
 
@@ -42,7 +42,7 @@ def rank0(run: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
             out[why] = sorted(str(n) for n in names if isinstance(n, str))[:1000]
     caller = env.get("caller") if isinstance(env, dict) else None
     if isinstance(caller, dict):
-        out["caller"] = recorded_environment({str(k): str(v) for k, v in caller.items()}, spec)
+        out["caller"] = recorded_caller({str(k): str(v) for k, v in caller.items()}, spec)
     return out
 
 
