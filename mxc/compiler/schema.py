@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from mxc.compiler import container_options, env_policy, slurm_env
+from mxc.compiler import container_options, determinism, env_policy, slurm_env
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.gitrepo import repo_problem
@@ -572,6 +572,16 @@ class Observability(Strict):
             raise ValueError("ray_dashboard: the Ray dashboard needs Ray (set observability.ray: true)")
         return self
 
+class Reproducibility(Strict):
+    """How far a run's numbers are pinned (docs/runs.md#deterministic-runs)."""
+
+    deterministic: bool = Field(
+        False, description="set the documented determinism settings for the GPU vendor and the pinned jaxlib: XLA's "
+        "--xla_gpu_deterministic_ops, NCCL_ALGO=Ring (NCCL and RCCL), NVTE_ALLOW_NONDETERMINISTIC_ALGO=0; recorded "
+        "in the bundle's environment; slower (deterministic kernels). CPU runs need none, so none are set"
+    )
+
+
 class Checkpoint(Strict):
     """MaxText checkpoints: what automatic restart and Slurm requeue resume from."""
 
@@ -645,7 +655,7 @@ class CheckSettings(Strict):
 class JobSpec(AddedFields):
     """A reviewed, versioned description of one training job."""
 
-    added_fields = ("check",)
+    added_fields = ("check", "reproducibility")
 
     schema_: Literal["mxc/v1"] = Field(alias="schema", description="spec format version")
     name: Name = Field(description="job name (letters, digits, . _ -)")
@@ -661,6 +671,8 @@ class JobSpec(AddedFields):
     restart: Restart = Field(default_factory=Restart)
     notify: Notify | None = Field(None, description="chat alerts (webhook); the secret itself stays outside the spec")
     check: CheckSettings | None = Field(None, description="check warnings accepted on review (docs/check.md)")
+    reproducibility: Reproducibility = Field(default_factory=Reproducibility,
+                                             description="determinism settings (docs/runs.md#deterministic-runs)")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -685,6 +697,9 @@ class JobSpec(AddedFields):
             raise ValueError(f"runtime.container_options.{problem}")
         if self.runtime.optional_mounts and self.runtime.container == "native":
             raise ValueError("runtime.optional_mounts: mounts are for containers; runtime.container is native")
+        problem = determinism.problem(self)
+        if problem:
+            raise ValueError(problem)
         if self.runtime.backend == "local" and self.resources.nodes > 1:
             raise ValueError("resources.nodes: runtime.backend local runs on one node; set nodes to 1 or backend: slurm")
         for rank in self.env.ranks:
