@@ -489,7 +489,9 @@ def test_url_quoting_forms_of_a_webhook_are_all_redacted() -> None:
 
 def _events(path: Path) -> list[Any]:
     """Every event of a TensorBoard file, read by TensorBoard's own loader (which checks each record's CRC)."""
-    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+    from tensorboard.backend.event_processing.event_file_loader import (  # type: ignore[import-untyped]
+        LegacyEventFileLoader,
+    )
 
     return list(LegacyEventFileLoader(str(path)).Load())
 
@@ -498,7 +500,7 @@ def test_a_secret_in_an_event_file_is_masked_and_the_file_stays_valid(tmp_path: 
     """What MaxText's add_config_to_summary_writer writes (tensorboardX add_text), masked in place:
     the token is gone in every form, every record still passes TensorBoard's CRC check, the other
     summaries are untouched, and records appended later are scrubbed on the next look."""
-    from tensorboardX import SummaryWriter
+    from tensorboardX import SummaryWriter  # type: ignore[import-untyped]
 
     from mxc.node.eventscrub import EventScrubber, crc32c
 

@@ -25,7 +25,9 @@ def _run_json(spec: str, *sets: str) -> dict[str, object]:
 
 
 def _env(spec: str, *sets: str) -> dict[str, str]:
-    return dict(_run_json(spec, *sets)["env"])  # type: ignore[call-overload]
+    pairs = _run_json(spec, *sets)["env"]
+    assert isinstance(pairs, list)
+    return {str(name): str(value) for name, value in pairs}
 
 
 @pytest.mark.parametrize("spec", ["llama3-8b.yaml", "70b.yaml", "mixtral-8x7b.yaml"])

@@ -171,7 +171,7 @@ def verify(follower: LossFollower, expected: Mapping[int, float], ended: Callabl
     """Compare the rerun's losses with ``expected`` as they arrive, until its first divergence (then
     ``cancel`` it) or its end (``ended`` returns its final record). The end is looked at before the
     files, so the lines written just before it are compared too."""
-    compared, logged = 0, set()
+    compared, logged = 0, set[int]()
     while True:
         record = ended()
         seen = follower.new()
