@@ -539,22 +539,26 @@ def _files_holding(run: Path, secret: str) -> list[str]:
 
 
 @pytest.mark.training
-def test_a_passed_hf_token_reaches_maxtext_but_no_file_of_a_succeeding_run(mxc: Mxc, mxc_home: Path) -> None:
-    """env.pass: [HF_TOKEN] and the token in the shell: MaxText reads it (its config dump in the
-    event file holds as many characters, masked), the run succeeds, and no file of the run (event
-    files, logs, record, metrics, checkpoints) holds it in any encoding. On c388a5b the token of the
-    shell reached the training unasked and its TensorBoard file (0644) held it in the clear."""
-    out = mxc("build", "-q", str(SPECS / "tiny.yaml"), "--set", "env.pass=[HF_TOKEN]", "--set", "model.overrides.steps=3",
-              "--set", "checkpoint.period=2", "--set", "runtime.preflight.stale_processes=false")
+@pytest.mark.parametrize("passed", [False, True], ids=["in-the-shell", "passed"])
+def test_an_hf_token_in_no_file_of_a_succeeding_run(passed: bool, mxc: Mxc, mxc_home: Path) -> None:
+    """The token in the caller's shell: on c388a5b it reached the training unasked, MaxText read it
+    into hf_access_token and its config dump put it in the clear in the run's TensorBoard file (0644,
+    served by `mxc dashboard`). Now, unpassed, it does not reach MaxText; passed (env.pass: [HF_TOKEN]),
+    MaxText reads it (the dump holds as many characters, masked). Either way the run succeeds and no
+    file of the run (event files, logs, record, metrics, checkpoints) holds it in any encoding."""
+    sets = ["model.overrides.steps=3", "checkpoint.period=2", "runtime.preflight.stale_processes=false"]
+    sets += ["env.pass=[HF_TOKEN]"] if passed else []
+    out = mxc("build", "-q", str(SPECS / "tiny.yaml"), *(a for s in sets for a in ("--set", s)))
     assert out.returncode == 0, out.stderr
     out = mxc("run", "-q", out.stdout.strip(), env={"HF_TOKEN": HF})
     assert out.returncode == 0, out.stderr
     run = mxc_home / "runs" / out.stdout.strip()
     record = RunRecord.load(run / "record.json")
-    assert record.status == "succeeded" and (record.training or {}).get("passed") == ["HF_TOKEN"]
+    assert record.status == "succeeded" and (record.training or {}).get("passed") == (["HF_TOKEN"] if passed else [])
     [events] = (run / "output").rglob("*tfevents*")
     texts = {v.tag: v.tensor.string_val[0].decode() for e in _events(events) for v in e.summary.value
              if v.tensor.string_val}
-    assert texts["hf_access_token/text_summary"] == "*" * len(HF)  # MaxText had it; the file does not
     assert list((run / "output").rglob("checkpoints/*")), "the run kept no checkpoint to search"
     assert _files_holding(run, HF) == []
+    # passed: MaxText had it and the file does not; in the shell only: MaxText never saw it
+    assert texts["hf_access_token/text_summary"] == ("*" * len(HF) if passed else "None")
