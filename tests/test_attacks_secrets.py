@@ -553,12 +553,12 @@ def test_an_hf_token_in_no_file_of_a_succeeding_run(passed: bool, mxc: Mxc, mxc_
     out = mxc("run", "-q", out.stdout.strip(), env={"HF_TOKEN": HF})
     assert out.returncode == 0, out.stderr
     run = mxc_home / "runs" / out.stdout.strip()
+    assert list((run / "output").rglob("checkpoints/*")), "the run kept no checkpoint to search"
+    assert _files_holding(run, HF) == []
     record = RunRecord.load(run / "record.json")
     assert record.status == "succeeded" and (record.training or {}).get("passed") == (["HF_TOKEN"] if passed else [])
     [events] = (run / "output").rglob("*tfevents*")
     texts = {v.tag: v.tensor.string_val[0].decode() for e in _events(events) for v in e.summary.value
              if v.tensor.string_val}
-    assert list((run / "output").rglob("checkpoints/*")), "the run kept no checkpoint to search"
-    assert _files_holding(run, HF) == []
     # passed: MaxText had it and the file does not; in the shell only: MaxText never saw it
     assert texts["hf_access_token/text_summary"] == ("*" * len(HF) if passed else "None")
