@@ -16,6 +16,7 @@ from mxc.node import container, envboundary, envmerge
 from mxc.node.contract import parse
 from mxc.runtime.provenance.hostfacts import Drift
 from mxc.runtime.replay import LossFollower, environment_drift, first_divergence, same
+from tests.check_support import CPU_SPEC, check, line_of, of_rule, spec
 from tests.conftest import REPO
 
 NODE = {
@@ -120,3 +121,10 @@ def test_losses_are_compared_bit_for_bit_as_lines_arrive(tmp_path: Path) -> None
     (parts / "attempt-1.rank-0.jsonl").write_text('{"step": 1, "learning/loss": 5.25}\n')
     (parts / "attempt-1.rank-1.jsonl").write_text('{"step": 1, "learning/loss": 9.0}\n')  # another rank
     assert follower.new() == [(1, 5.5), (1, 5.25)] and follower.new() == []
+
+
+def test_check_reports_a_dangerous_passed_variable_at_its_line() -> None:
+    findings, text = check(spec(CPU_SPEC, env__pass=["LD_PRELOAD"], env__allow_dangerous=["LD_PRELOAD"]))
+    (found,) = of_rule(findings, "env-dangerous")
+    assert found.key == "env.pass.0" and found.line == line_of(text, "- LD_PRELOAD")
+    assert "LD_PRELOAD is passed from the caller's environment on purpose" in found.message
