@@ -1,6 +1,7 @@
 """Deterministic mid-training faults: pause a real MaxText trainer at a step, act, release.
 
-The trainer side is tests/faults/sitecustomize.py (on PYTHONPATH through ``PauseGate.env``). A test
+The trainer side is tests/faults/sitecustomize.py (on PYTHONPATH through ``PauseGate.env``, in a
+bundle that passes ``PASSED``: build it with ``PASS_SET``). A test
 waits for the pause (an event: the marker file), does what it tests - SIGKILL, SIGSTOP, a signal to
 the main thread, a Slurm requeue - and releases the trainer if it should go on. No test races a
 training that might finish first.
@@ -16,6 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FAULTS = Path(__file__).resolve().parent / "faults"
+# The gate reaches the trainer through these variables, which a bundle must pass (env.pass: only the
+# base of the caller's environment reaches a training otherwise, mxc/node/envboundary.py).
+PASSED = ("PYTHONPATH", "MXCTEST_PAUSE")
+PASS_VALUE = f"[{', '.join(PASSED)}]"
+PASS_SET = f"env.pass={PASS_VALUE}"  # for `mxc build --set`
 _SYS_TGKILL = 234  # x86-64; the tests run on x86-64 Linux
 
 

@@ -22,14 +22,20 @@ from tests.slurm_cluster import SlurmCluster
 TINY = str(REPO / "specs" / "tiny.yaml")
 
 
+# What the stand-in trainer reads from the environment `mxc run` is given.
+STANDIN_PASS = "[MXCTEST_TRAINER, MXCTEST_ENV_DUMP]"
+
+
 def slurm_sets(cluster: SlurmCluster, nodes: int = 2, **fields: Any) -> list[str]:
     """``--set`` flags for the tiny spec on the test cluster. The stale-process check is off:
-    other tests on this machine train MaxText at the same time, outside any Slurm job."""
+    other tests on this machine train MaxText at the same time, outside any Slurm job. The stand-in
+    trainer's settings (tests/standins/trainer.py) are passed to the training (env.pass)."""
     values: dict[str, Any] = {
         "runtime.backend": "slurm",
         "resources.partition": cluster.partition,
         "resources.nodes": nodes,
         "runtime.preflight.stale_processes": "false",
+        "env.pass": STANDIN_PASS,
         **fields,
     }
     return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]

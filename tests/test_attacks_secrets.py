@@ -7,6 +7,7 @@ the operator's ``$MXC_NOTIFY_ALLOWED_URLS``, never through the spec.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from mxc.compiler.errors import SpecErrors
 from mxc.compiler.pipeline import resolve_spec
 from mxc.node import notify_policy
 from mxc.node.notify_policy import ALLOWED_URLS_ENV
+from mxc.node.secret_forms import Redactor
 from mxc.node.secretscan import find_secrets, redact_secrets, secret_pair, secret_shape
 from mxc.runtime import notify
 from mxc.runtime.notify import NotifyConfig, send
@@ -480,3 +482,83 @@ def test_url_quoting_forms_of_a_webhook_are_all_redacted() -> None:
     assert not _leaks(redacted, secret, HOOK_KEY, f"/hooks/{HOOK_KEY}")
     assert notify.redact("nothing secret here: hooks, services, sendMessage", secret) == \
         "nothing secret here: hooks, services, sendMessage"
+
+
+# ---- 6. a secret the spec passes to the training (issue 25): MaxText's TensorBoard config dump
+
+
+def _events(path: Path) -> list[Any]:
+    """Every event of a TensorBoard file, read by TensorBoard's own loader (which checks each record's CRC)."""
+    from tensorboard.backend.event_processing.event_file_loader import (  # type: ignore[import-untyped]
+        LegacyEventFileLoader,
+    )
+
+    return list(LegacyEventFileLoader(str(path)).Load())
+
+
+def test_a_secret_in_an_event_file_is_masked_and_the_file_stays_valid(tmp_path: Path) -> None:
+    """What MaxText's add_config_to_summary_writer writes (tensorboardX add_text), masked in place:
+    the token is gone in every form, every record still passes TensorBoard's CRC check, the other
+    summaries are untouched, and records appended later are scrubbed on the next look."""
+    from tensorboardX import SummaryWriter  # type: ignore[import-untyped]
+
+    from mxc.node.eventscrub import EventScrubber, crc32c
+
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value (RFC 3720, B.4)
+    writer = SummaryWriter(str(tmp_path / "tensorboard" / "run"))
+    writer.add_text("hf_access_token", HF)
+    writer.add_text("base_emb_dim", "64")
+    writer.add_scalar("learning/loss", 6.25, 0)
+    writer.flush()
+    [path] = (tmp_path / "tensorboard").rglob("*tfevents*")
+    size = path.stat().st_size
+    scrubber = EventScrubber(tmp_path / "tensorboard", [HF])
+    assert scrubber.scan() == 1 and path.stat().st_size == size
+    writer.add_text("hub_token_copy", f"Bearer {base64.b64encode(HF.encode()).decode()}")
+    writer.close()
+    assert scrubber.scan() == 1 and scrubber.scan() == 0
+    data = path.read_bytes().decode("latin-1")
+    pattern = Redactor(HF).pattern
+    assert pattern is not None and pattern.search(data) is None and not _leaks(data, HF)
+    texts = {v.tag: v.tensor.string_val[0].decode() for e in _events(path) for v in e.summary.value if v.tensor.string_val}
+    assert texts["hf_access_token/text_summary"] == "*" * len(HF) and texts["base_emb_dim/text_summary"] == "64"
+    losses = [v.simple_value for e in _events(path) for v in e.summary.value if v.tag == "learning/loss"]
+    assert losses == [6.25]
+
+
+def _files_holding(run: Path, secret: str) -> list[str]:
+    """Every file of a run directory with ``secret`` in any form secret_forms knows (and tests/webhook_server's)."""
+    pattern = Redactor(secret).pattern
+    assert pattern is not None
+    found = []
+    for path in sorted(p for p in run.rglob("*") if p.is_file() and not p.is_symlink()):
+        text = path.read_bytes().decode("latin-1")
+        if pattern.search(text) or _leaks(text, secret):
+            found.append(str(path.relative_to(run)))
+    return found
+
+
+@pytest.mark.training
+@pytest.mark.parametrize("passed", [False, True], ids=["in-the-shell", "passed"])
+def test_an_hf_token_in_no_file_of_a_succeeding_run(passed: bool, mxc: Mxc, mxc_home: Path) -> None:
+    """The token in the caller's shell: on c388a5b it reached the training unasked, MaxText read it
+    into hf_access_token and its config dump put it in the clear in the run's TensorBoard file (0644,
+    served by `mxc dashboard`). Now, unpassed, it does not reach MaxText; passed (env.pass: [HF_TOKEN]),
+    MaxText reads it (the dump holds as many characters, masked). Either way the run succeeds and no
+    file of the run (event files, logs, record, metrics, checkpoints) holds it in any encoding."""
+    sets = ["model.overrides.steps=3", "checkpoint.period=2", "runtime.preflight.stale_processes=false"]
+    sets += ["env.pass=[HF_TOKEN]"] if passed else []
+    out = mxc("build", "-q", str(SPECS / "tiny.yaml"), *(a for s in sets for a in ("--set", s)))
+    assert out.returncode == 0, out.stderr
+    out = mxc("run", "-q", out.stdout.strip(), env={"HF_TOKEN": HF})
+    assert out.returncode == 0, out.stderr
+    run = mxc_home / "runs" / out.stdout.strip()
+    assert list((run / "output").rglob("checkpoints/*")), "the run kept no checkpoint to search"
+    assert _files_holding(run, HF) == []
+    record = RunRecord.load(run / "record.json")
+    assert record.status == "succeeded" and (record.training or {}).get("passed") == (["HF_TOKEN"] if passed else [])
+    [events] = (run / "output").rglob("*tfevents*")
+    texts = {v.tag: v.tensor.string_val[0].decode() for e in _events(events) for v in e.summary.value
+             if v.tensor.string_val}
+    # passed: MaxText had it and the file does not; in the shell only: MaxText never saw it
+    assert texts["hf_access_token/text_summary"] == ("*" * len(HF) if passed else "None")

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO, Mxc
-from tests.gates import PauseGate
+from tests.gates import PASS_SET, PauseGate
 
 
 def test_cancel_a_local_run(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
-    assert mxc("build", "-q", str(REPO / "specs" / "tiny.yaml")).returncode == 0
+    assert mxc("build", "-q", str(REPO / "specs" / "tiny.yaml"), "--set", PASS_SET).returncode == 0
     gate = PauseGate(tmp_path, {0: 0})  # the trainer waits after its first step: the run is surely live
     env = {**os.environ, "MXC_HOME": str(mxc_home), **gate.env()}
     proc = subprocess.Popen([sys.executable, "-m", "mxc", "run", "-q"], cwd=REPO, env=env,

@@ -182,5 +182,5 @@ def test_selftest_runs_under_the_system_python_outside_the_venv(tmp_path: Path) 
     assert lines[0].startswith("selftest: Python 3.") and f"at {SYSTEM_PYTHON} " in lines[0]
     assert f"prefix {sys.prefix})" not in lines[0]  # not the venv the tests run in
     assert [line.split(":")[1].strip() for line in lines[1:-1]] == ["netif", "checkpoints", "preflight", "postmortem",
-                                                                    "stacks"]
+                                                                    "stacks", "eventscrub"]
     assert lines[-1] == "selftest: ok"

@@ -26,7 +26,7 @@ from mxc.node.notify_policy import ALLOWED_URLS_ENV
 from mxc.runtime import notify
 from mxc.runtime.notify import NotifyConfig, send
 from tests.conftest import REPO, Mxc
-from tests.gates import PauseGate
+from tests.gates import PASSED, PauseGate
 from tests.webhook_server import Hook, encodings, serve
 
 TINY = REPO / "specs" / "tiny.yaml"
@@ -292,7 +292,7 @@ def test_a_dead_webhook_never_fails_a_run_and_restarts_are_alerted(hook: Hook, m
     hook.status, hook.echo = 500, "all"
     spec = _spec(tmp_path, {"model": {"overrides": {"steps": 12, "learning_rate_schedule_steps": 12}},
                             "checkpoint": {"period": 5}, "restart": {"max": 1},
-                            "runtime": {"preflight": {"stale_processes": False}},
+                            "runtime": {"preflight": {"stale_processes": False}}, "env": {"pass": list(PASSED)},
                             "notify": {"format": "slack", "secret_env": "CHAT_WEBHOOK_URL", "timeout": 2}})
     gate = PauseGate(tmp_path / "gate", {0: 3})  # attempt 0 waits after step 3 until it is killed
     gate.directory.mkdir()

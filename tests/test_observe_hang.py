@@ -30,7 +30,8 @@ STANDIN = REPO / "tests" / "standins" / "trainer.py"
 STEP_TIMEOUT = 2
 SETS = ("observability.enabled=true", "observability.scrape_interval=1", "observability.exporter_port=19400",
         "observability.prometheus_port=19190", "observability.plugins=[host, tensorboard]",
-        f"runtime.hang.step_timeout={STEP_TIMEOUT}", "runtime.preflight.stale_processes=false", "checkpoint.period=0")
+        f"runtime.hang.step_timeout={STEP_TIMEOUT}", "runtime.preflight.stale_processes=false", "checkpoint.period=0",
+        "env.pass=[MXCTEST_TRAINER]")  # the stand-in trainer's behaviour (tests/standins/trainer.py)
 
 
 def supervise(tmp_path: Path, restarts: int, py_spy: bool = True, sets: tuple[str, ...] = SETS,

@@ -28,7 +28,7 @@ from mxc.runtime.processes import scratch
 from mxc.runtime.processes.procfs import ProcessId, pid_alive, session_processes
 from tests.browser import open_page, screenshot
 from tests.conftest import REPO, Home
-from tests.gates import PauseGate
+from tests.gates import PASS_SET, PauseGate
 from tests.processes import run_processes, trainer_pids
 
 pytestmark = pytest.mark.training
@@ -41,6 +41,7 @@ BUILD_SETS = (
     "model.overrides.per_device_batch_size=32",
     "checkpoint.period=5",
     "runtime.preflight.stale_processes=false",  # other trainings on a shared machine
+    PASS_SET,  # the pause gate's variables reach the trainer
 )
 
 

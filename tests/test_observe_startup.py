@@ -31,7 +31,8 @@ from tests.conftest import REPO
 STANDIN = REPO / "tests" / "standins" / "trainer.py"
 WAIT_S = 180.0  # a safety net only
 SETS = ("observability.enabled=true", "observability.scrape_interval=1", "observability.plugins=[host, tensorboard]",
-        "runtime.preflight.stale_processes=false", "checkpoint.period=0")
+        "runtime.preflight.stale_processes=false", "checkpoint.period=0",
+        "env.pass=[MXCTEST_TRAINER]")  # the stand-in trainer's behaviour (tests/standins/trainer.py)
 
 SLOW_PROMETHEUS = """#!/bin/bash
 # Starts, never answers /-/ready, and waits until the test releases it (or it is stopped).

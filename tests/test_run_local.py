@@ -25,7 +25,7 @@ import pytest
 from mxc.cli.runs import human_seconds
 from mxc.node import sysread
 from tests.conftest import REPO, Home
-from tests.gates import PauseGate
+from tests.gates import PASS_SET, PauseGate
 from tests.processes import run_processes, trainer_pids
 
 pytestmark = pytest.mark.training
@@ -42,6 +42,7 @@ BUILD_SETS = (
     "model.overrides.learning_rate_schedule_steps=null",
     # Node-computed settings over recorded RoCE trees (MXC_DETECT_ROOT, docs/detectors.md).
     "env.detect=[gid_index, ib_hca]",
+    PASS_SET,  # the pause gate's variables reach the trainer (tests/gates.py)
 )
 SYS_FIXTURES = REPO / "tests/fixtures/sys"
 

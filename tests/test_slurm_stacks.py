@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Mxc
-from tests.gates import PauseGate
+from tests.gates import PASS_VALUE, PauseGate
 from tests.slurm_cluster import SlurmCluster
 from tests.slurm_jobs import build, record, run_dir, slurm_of, slurm_sets, submit, wait_final, wait_for
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.usefixtures("
 
 def test_stacks_of_a_held_two_node_run(mxc: Mxc, mxc_home: Path, slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     gate = PauseGate(tmp_path, {0: 2})
-    bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{"checkpoint.period": 0}))
+    bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{"checkpoint.period": 0, "env.pass": PASS_VALUE}))
     run_id = submit(mxc, bundle, env=gate.env())
     run = run_dir(mxc_home, run_id)
     try:

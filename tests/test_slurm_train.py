@@ -19,7 +19,7 @@ import pytest
 
 from mxc.runtime.logs.metrics_merge import read_lines
 from tests.conftest import Mxc
-from tests.gates import PauseGate
+from tests.gates import PASS_VALUE, PauseGate
 from tests.slurm_cluster import SlurmCluster
 from tests.slurm_jobs import (
     batch_events,
@@ -47,7 +47,7 @@ def test_two_node_training_requeue_and_time_limit_stop(mxc: Mxc, mxc_home: Path,
     gate = PauseGate(tmp_path, {0: 7, 1: 12})
     bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
         "checkpoint.period": 5, "restart.max": 2, "runtime.signal_seconds": 10,
-        "model.overrides.per_device_batch_size": 8, "model.overrides.max_target_length": 256,
+        "model.overrides.per_device_batch_size": 8, "model.overrides.max_target_length": 256, "env.pass": PASS_VALUE,
     }))
     run_id = submit(mxc, bundle, env=gate.env())
     run = run_dir(mxc_home, run_id)
@@ -209,7 +209,7 @@ def test_a_hung_rank_is_detected_killed_and_the_job_requeued(mxc: Mxc, mxc_home:
     gate = PauseGate(tmp_path, {0: 7})
     bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
         "observability.enabled": "true", "observability.ray": "true", "observability.scrape_interval": 1,
-        "runtime.hang.step_timeout": 10,
+        "runtime.hang.step_timeout": 10, "env.pass": PASS_VALUE,
         "checkpoint.period": 5, "restart.max": 1,
     }))
     run_id = submit(mxc, bundle, env=gate.env())

@@ -88,9 +88,9 @@ def test_placeholders_and_a_rank_0_xla_dump_on_a_real_tiny_run(mxc: Mxc, mxc_hom
     copy_specs(tmp_path)
     spec = tmp_path / "ranks.yaml"
     spec.write_text(RANKS_SPEC)
-    built = _built(mxc, mxc_home, spec)
+    built = _built(mxc, mxc_home, spec, "env.pass=[XLA_FLAGS]")
     assert "dataset_name=ds-{rank}-{{literal}}" in built["run"]["train"]["args"]  # the bundle keeps the template
-    # The node's own XLA_FLAGS (natively, the node is the image) stays: the spec's flags are appended.
+    # The node's own XLA_FLAGS, passed (env.pass; natively the node is the image), stays: the spec's are appended.
     out = mxc("run", "-q", cwd=tmp_path, env={"XLA_FLAGS": "--xla_dump_hlo_as_text"})
     assert out.returncode == 0, out.stderr
     run = mxc_home / "runs" / out.stdout.strip()

@@ -12,10 +12,10 @@ import pytest
 
 from mxc.runtime.processes.procfs import boot_id
 from tests.conftest import REPO, Home, Mxc
-from tests.gates import PauseGate
+from tests.gates import PASS_SET, PauseGate
 from tests.test_run_local import new_run, record_of
 
-SETS = ("runtime.preflight.stale_processes=false", "checkpoint.period=0")
+SETS = ("runtime.preflight.stale_processes=false", "checkpoint.period=0", PASS_SET)
 
 
 @pytest.mark.training

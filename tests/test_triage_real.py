@@ -23,12 +23,14 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, Mxc
-from tests.gates import PauseGate, signal_main_thread
+from tests.gates import PASSED, PauseGate, signal_main_thread
 
 pytestmark = pytest.mark.training
 TINY = REPO / "specs" / "tiny.yaml"
 # Other engineers' trainings run on this machine: the stale-process preflight check would refuse.
-BASE: dict[str, Any] = {"runtime": {"preflight": {"stale_processes": False}}, "restart": {"max": 0}}
+# The pause gate (tests/gates.py) reaches the trainer through variables the bundle passes.
+BASE: dict[str, Any] = {"runtime": {"preflight": {"stale_processes": False}}, "restart": {"max": 0},
+                        "env": {"pass": list(PASSED)}}
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +42,9 @@ def build(mxc: Mxc, tmp_path: Path, extra: dict[str, Any]) -> str:
     spec = tmp_path / "spec.yaml"
     (tmp_path / "tiny.yaml").write_text(TINY.read_text())  # extends reaches only the spec's own directory
     merged = {"extends": "tiny.yaml", **BASE, **extra}
-    if "runtime" in extra:
-        merged["runtime"] = {**BASE["runtime"], **extra["runtime"]}
+    for section in ("runtime", "env"):
+        if section in extra:
+            merged[section] = {**BASE[section], **extra[section]}
     spec.write_text(yaml.safe_dump(merged))
     out = mxc("build", "-q", str(spec))
     assert out.returncode == 0, out.stderr

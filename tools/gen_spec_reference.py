@@ -13,6 +13,7 @@ from typing import Any
 
 from mxc.compiler import env_policy, limits
 from mxc.compiler.schema import RESERVED_OVERRIDES, JobSpec
+from mxc.node import envboundary
 
 OUT = pathlib.Path(__file__).resolve().parents[1] / "docs" / "spec-reference.md"
 
@@ -100,6 +101,15 @@ def input_rules() -> list[str]:
         "  `mxc show` print it, and spec.json in the bundle holds it;",
         f"- search paths {_names(env_policy.SEARCH_PATHS, ())}: allowed; every entry is an absolute directory;",
         "- `APPTAINERENV_X` and `SINGULARITYENV_X` set `X` in the container and are judged as `X`.",
+        "",
+        "**Passed variables** (`env.pass`, `mxc/node/envboundary.py`): nothing of the caller's environment reaches",
+        "the training but the base every process needs "
+        f"({_names(frozenset(envboundary.CALLER_NAMES), envboundary.CALLER_PREFIXES)}), the scheduler's "
+        f"({_names(frozenset(), envboundary.SCHEDULER_PREFIXES)}), the GPU visibility",
+        f"({_names(frozenset(envboundary.GPU_VISIBILITY), ())}) and the names `env.pass` lists",
+        "([runs.md](runs.md#what-reaches-the-training)). A passed name is judged like an `env.vars` name (refused ones",
+        "cannot be passed; dangerous ones need `env.allow_dangerous` too); `MXC_*`, a base variable and a name",
+        "listed twice are refused. The record keeps the names (values only when the name does not mean a secret).",
         "",
         "**MaxText keys mxc sets itself** are refused in `model.overrides` (mxc passes its own value after",
         "the spec's, which would silently win):",

@@ -40,10 +40,19 @@ def register(sub: Any) -> None:
                    help="start from another run's checkpoint (its newest, or the one at STEP); a new run of this "
                         "bundle, recorded with resumed_from. Example: mxc run --resume-from 20260101-1200@20")
 
-    p = add_command(sub, "rerun", "run a recorded run's bundle again, exactly, after checking this machine for drift",
-                    "mxc rerun 20260101-120000-ab12-3f9a0c1d\nmxc rerun 3f9a --strict", _rerun)
+    p = add_command(sub, "rerun", "run a recorded run's bundle again, exactly, after checking this machine and the "
+                    "environment that reaches the training for drift",
+                    "mxc rerun 20260101-120000-ab12-3f9a0c1d\nmxc rerun 3f9a --strict\n"
+                    "mxc rerun @ --verify    # exit 0: every step's loss matched bit for bit; 1: the first that did not",
+                    _rerun)
     p.add_argument("ref", help="run id (or unique prefix), @ (the newest run), @~N, label:NAME, or bundle hash prefix")
-    p.add_argument("--strict", action="store_true", help="refuse to run when the environment drifted")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse to run (exit 2) when the machine drifted or a variable that reaches the training differs "
+                        "from the original run's (docs/runs.md#what-reaches-the-training)")
+    p.add_argument("--verify", action="store_true",
+                   help="compare the rerun's loss at each step with the original run's as it trains, bit for bit; at "
+                        "the first difference cancel the rerun and exit 1, printing the step and both values; exit 0 "
+                        "when every step matched")
     _add_run_options(p)
 
     p = add_command(sub, "runs", "list runs: id, bundle, spec, status, steps, last loss, start, duration",
@@ -141,12 +150,14 @@ def _rerun(args: argparse.Namespace) -> int:
         from mxc.runtime import resume as resuming
 
         resume = resuming.recorded(old.run_id, old.resumed_from)
+    expected = _expected_losses(old, ref.run) if args.verify else None
     native = contract.container.kind == "native"
     host = hostfacts.collect(training_python(contract) if native else None)
     pinned = old.code if contract.code.repo else None  # the bundle pins the commit; its export is verified at start
     current = {"host": host, "image": hostfacts.image_facts(contract, host, hostfacts.lockfile_digest(bundle.path)),
                "code": hostfacts.code_facts(contract, host, pinned)}
     drift = hostfacts.compare({"host": old.host, "image": old.image, "code": old.code}, current)
+    drift += _environment_drift(old, contract, bundle.spec(), quiet=args.quiet)
     significant = [d for d in drift if d.significant]
     shown = 20
     for d in drift[:shown]:
@@ -162,11 +173,38 @@ def _rerun(args: argparse.Namespace) -> int:
               "results may differ (--strict refuses)", file=sys.stderr)
     elif not args.quiet:
         print(f"mxc: no drift from run {old.run_id}", file=sys.stderr)
-    return _launch(args, bundle, rerun_of=old.run_id, resume_from=resume)
+    return _launch(args, bundle, rerun_of=old.run_id, resume_from=resume, expected=expected)
+
+
+def _environment_drift(old: Any, contract: Any, spec: dict[str, Any], quiet: bool) -> list[Any]:
+    """What of this shell would reach the rerun's training differently from the original's (mxc/runtime/replay.py)."""
+    import os
+
+    from mxc.runtime import replay
+
+    found = replay.environment_drift(old.training, os.environ, contract.env_pass or [], spec)
+    if found is None:
+        if not quiet:
+            print(f"mxc: note: run {old.run_id} recorded no environment from its caller's shell (an older mxc, or it "
+                  "never reached training): this shell's is not compared", file=sys.stderr)
+        return []
+    return found
+
+
+def _expected_losses(old: Any, run: Any) -> dict[int, float]:
+    """``--verify``: the original run's loss per step (its metrics files, read, nothing written)."""
+    from mxc.errors import UserError
+    from mxc.runtime import replay
+
+    expected = replay.recorded_losses(run.metrics_parts)
+    if not expected:
+        raise UserError(f"run {old.run_id} logged no per-step loss to verify against ({run.metrics_parts} is empty)",
+                        "rerun it without --verify")
+    return expected
 
 
 def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: bool = True,
-            resume_from: Any = None) -> int:
+            resume_from: Any = None, expected: dict[int, float] | None = None) -> int:
     from mxc.runtime.backends import RunRequest, exit_code, get_backend
 
     st = store()
@@ -199,6 +237,14 @@ def _launch(args: argparse.Namespace, bundle: Any, rerun_of: str | None, named: 
         from mxc.cli.wait import check_interval
 
         check_interval(args.interval)
+    if expected is not None:  # rerun --verify: started so that this process can follow it
+        if backend.name == "local":
+            code = _detach(args, bundle, plan, rerun_of, resume_from, quiet_json=True, announce=False)
+            if code != 0:
+                return code
+        else:
+            backend.submit(request, plan)
+        return _verified(args, plan.run_dir, backend, expected, rerun_of)
     if getattr(args, "detach", False) and backend.name == "local":  # Slurm submissions return at once anyway
         code = _detach(args, bundle, plan, rerun_of, resume_from, quiet_json=waits)
         return _waited(args, plan.run_dir) if waits and code == 0 else code
@@ -227,8 +273,53 @@ def _waited(args: argparse.Namespace, run: Any) -> int:
     return wait_and_exit(run, args.interval, args.quiet, args.json)
 
 
+def _verified(args: argparse.Namespace, run: Any, backend: Any, expected: dict[int, float], original: str | None) -> int:
+    """``rerun --verify``: follow the rerun's losses against ``expected``; exit 0 when every step
+    matched, 1 at the first that did not (the rerun cancelled, as `mxc cancel` does)."""
+    from mxc.runtime import replay, runs
+
+    if not args.quiet:
+        print(f"mxc: run {run.run_id}: verifying each step's loss against run {original} ({len(expected)} steps)",
+              file=sys.stderr)
+
+    def ended() -> Any:
+        record = runs.current(run)
+        return record if record.final or runs.shown_status(record) == "lost" else None
+
+    verdict = replay.verify(replay.LossFollower(run.metrics_parts), expected, ended, lambda: backend.cancel(run))
+    record = verdict.record or runs.load(run)
+    code, line = _verdict_line(verdict, record, original, len(expected))
+    if args.json:
+        print_json({"run_id": run.run_id, "rerun_of": original, "verified": code == 0, "compared": verdict.compared,
+                    "steps": len(expected), "missing": verdict.missing, "status": record.status,
+                    "divergence": None if verdict.divergence is None else {
+                        "step": verdict.divergence.step, "original": verdict.divergence.original,
+                        "rerun": verdict.divergence.rerun}})
+    else:
+        print(line, file=sys.stderr)
+        print(run.run_id)
+    return code
+
+
+def _verdict_line(verdict: Any, record: Any, original: str | None, steps: int) -> tuple[int, str]:
+    from mxc.runtime.backends import exit_code
+    from mxc.runtime.replay import shown
+
+    d = verdict.divergence
+    if d is not None:
+        return 1, (f"mxc: verify: step {d.step} differs: loss {shown(d.original)} in run {original}, {shown(d.rerun)} in "
+                   f"run {record.run_id} ({verdict.compared} earlier step(s) matched); the rerun was cancelled")
+    if record.status != "succeeded":
+        return exit_code(record) or 1, (f"mxc: verify: run {record.run_id} {record.status} after {verdict.compared} "
+                                        f"matching step(s): nothing proven" + (f" ({record.message})" if record.message else ""))
+    if verdict.missing:
+        return 1, (f"mxc: verify: run {record.run_id} logged {verdict.compared} of run {original}'s {steps} steps "
+                   f"(none from step {verdict.missing[0]}): not a full replay")
+    return 0, f"mxc: verify: all {verdict.compared} steps of run {record.run_id} match run {original} bit for bit"
+
+
 def _detach(args: argparse.Namespace, bundle: Any, plan: Any, rerun_of: str | None, resume_from: Any,
-            quiet_json: bool = False) -> int:
+            quiet_json: bool = False, announce: bool = True) -> int:
     """Start the run as its own `mxc run` in a session of its own (mxc/runtime/local/detach.py), with
     everything that shapes its record: labels, the run it reruns, the checkpoint it resumes from."""
     from mxc.runtime import runs
@@ -245,6 +336,8 @@ def _detach(args: argparse.Namespace, bundle: Any, plan: Any, rerun_of: str | No
     code, pid = detach.start(run, argv)
     if code is not None:
         return code
+    if not announce:
+        return 0
     if args.json:
         if not quiet_json:  # with --wait, the JSON is the record at the end
             print_json(runs.load(run).model_dump(mode="json"))

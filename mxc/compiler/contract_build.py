@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mxc.compiler import config_file, container_options
+from mxc.compiler import config_file, container_options, determinism
 from mxc.compiler.schema import JobSpec, Scalar
 from mxc.compiler.slurm import time_seconds
 from mxc.node.contract import (
@@ -82,6 +82,9 @@ def rank_environments(spec: JobSpec) -> list[RankEnvironment]:
 
 
 def _environment(spec: JobSpec, variables: Mapping[str, Scalar], flags: Mapping[str, Scalar]) -> list[tuple[str, str]]:
+    chosen = determinism.settings(spec)  # reproducibility.deterministic: values the spec cannot contradict
+    flags = {**{s.name: s.value for s in chosen if s.xla_flag}, **flags}
+    variables = {**{s.name: s.value for s in chosen if not s.xla_flag}, **variables}
     env = {k: scalar_text(v) for k, v in variables.items()}
     text = _flags_text(flags)
     if text:
@@ -216,6 +219,7 @@ def build_contract(spec: JobSpec, config_keys: Mapping[str, Any] | None = None) 
         rank_env=rank_environments(spec),
         detect=list(spec.env.detect),
         env_merge=env_merge(spec),
+        env_pass=list(spec.env.pass_) or None,
         container=Container(
             kind=rt.container, image_ref=image.ref if image else None, image_digest=image.digest if image else None,
             gpu_vendor=spec.resources.gpu_vendor, mounts=list(rt.mounts),

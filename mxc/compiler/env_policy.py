@@ -27,6 +27,8 @@ reading a value does not see that it runs code. Three classes (docs/spec-referen
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 REFUSED_NAMES = frozenset({
     # bash runs or sources these
     "BASH_ENV", "ENV", "PROMPT_COMMAND", "PS0", "PS1", "PS2", "PS3", "PS4",
@@ -94,8 +96,9 @@ def _search_path_problem(name: str, value: str) -> str | None:
     return None
 
 
-def problems(variables: dict[str, str], allowed: list[str]) -> list[tuple[str, str]]:
-    """(variable, why it is refused) for ``env.vars`` (name -> value as exported) given ``env.allow_dangerous``."""
+def problems(variables: dict[str, str], allowed: list[str], passed: Collection[str] = ()) -> list[tuple[str, str]]:
+    """(variable, why it is refused) for ``env.vars`` (name -> value as exported) given ``env.allow_dangerous``
+    (which may also name a variable of ``passed``, env.pass: the same opt-in, judged in pass_problems)."""
     out: list[tuple[str, str]] = []
     for name, value in variables.items():
         if refused(name):
@@ -109,11 +112,29 @@ def problems(variables: dict[str, str], allowed: list[str]) -> list[tuple[str, s
             if problem:
                 out.append((name, problem))
     for name in allowed:
+        if name in passed and name not in variables:
+            continue
         if name not in variables:
-            out.append((name, f"env.allow_dangerous lists {name}, which env.vars does not set (remove it)"))
+            out.append((name, f"env.allow_dangerous lists {name}, which neither env.vars sets nor env.pass "
+                              "passes (remove it)"))
         elif not dangerous(name):
             out.append((name, f"env.allow_dangerous lists {name}, which needs no opt-in"
                               + (" (and cannot have one: it is refused)" if refused(name) else " (remove it)")))
+    return out
+
+
+def pass_problems(names: list[str], allowed: list[str]) -> list[tuple[str, str]]:
+    """(variable, why) for ``env.pass``: what the caller's shell may hand the training is judged like a
+    value the spec sets (refused, or dangerous unless opted in), since the spec cannot show the value."""
+    out: list[tuple[str, str]] = []
+    for name in names:
+        if refused(name):
+            out.append((name, f"{name} cannot be passed: bash, Slurm or mxc act on it before training starts"
+                              + (" (the scheduler's SLURM_* variables reach the training anyway)"
+                                 if name.startswith(("SLURM_", "SLURMD_")) else "")))
+        elif dangerous(name) and name not in allowed:
+            out.append((name, f"{name} makes the loader, an interpreter or the container runtime load code or files "
+                              "of its choosing; to pass it, also list it in env.allow_dangerous"))
     return out
 
 

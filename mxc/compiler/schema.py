@@ -19,11 +19,11 @@ from pydantic import (
     model_validator,
 )
 
-from mxc.compiler import container_options, env_policy, slurm_env
+from mxc.compiler import container_options, determinism, env_policy, slurm_env
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.gitrepo import repo_problem
-from mxc.node import placeholders
+from mxc.node import envboundary, placeholders
 from mxc.node.contract import EXIT_GRACE_S
 from mxc.node.detect import DETECTORS
 from mxc.node.notify_policy import secret_env_problem
@@ -102,6 +102,7 @@ class AddedFields(Strict):
         for name in self.added_fields:
             if getattr(self, name) == fields[name].get_default(call_default_factory=True):
                 data.pop(name, None)
+                data.pop(fields[name].alias or name, None)  # dumped by_alias (env.pass)
         return data
 
 
@@ -308,7 +309,8 @@ class RankEnv(EnvValues):
 class Env(EnvValues, AddedFields):
     """Environment of the training process. Values may hold run-time placeholders ({run_dir}, {rank}...)."""
 
-    added_fields = ("allow_dangerous", "ranks", "detect", "merge")
+    added_fields = ("allow_dangerous", "ranks", "detect", "merge", "pass_")
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     detect: list[str] = Field(
         default_factory=list, description="detectors the node program runs before training, each setting variables "
@@ -322,6 +324,13 @@ class Env(EnvValues, AddedFields):
     ranks: dict[RankKey, RankEnv] = Field(
         default_factory=dict, description="per-rank additions by rank number, e.g. an XLA dump on rank 0 only: "
         "{'0': {xla_flags: {xla_dump_to: '{run_dir}/xla-dump'}}} (rank numbers quoted: keys are strings)"
+    )
+    pass_: list[EnvName] = Field(
+        default_factory=list, alias="pass", description="variables of the caller's environment (natively the "
+        "node's) that reach the training, e.g. [WANDB_API_KEY, HF_HOME]; nothing else of it does, beyond the base "
+        "every process needs (PATH, HOME, USER, LANG, LC_*, TERM, TMPDIR, TZ), the scheduler's SLURM_*/PMI_* and "
+        "the GPU visibility (docs/runs.md#what-reaches-the-training). Recorded by name; the spec's own value of "
+        "the same name joins the passed one as env.merge says"
     )
     merge: dict[EnvName, MergeMode] = Field(
         default_factory=dict, description="how a spec value meets the value the image already has (native: the "
@@ -342,13 +351,30 @@ class Env(EnvValues, AddedFields):
             raise ValueError("a detector is named twice")
         return names
 
+    @field_validator("pass_")
+    @classmethod
+    def _passable(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if name.startswith(envboundary.OWN_PREFIX):
+                raise ValueError(f"'{name}': MXC_* variables belong to mxc itself")
+            if envboundary.crosses(name):
+                raise ValueError(f"'{name}' reaches the training without being passed (the base: "
+                                 "docs/runs.md#what-reaches-the-training); remove it")
+        if len(set(names)) != len(names):
+            raise ValueError("a variable is named twice")
+        return names
+
     @model_validator(mode="after")
     def _not_instructions(self) -> Self:
         """Variables that bash, the loader or the container runtime obey (mxc/compiler/env_policy.py),
-        shared or for one rank."""
+        shared or for one rank, set by the spec or passed from the caller's environment."""
+        found_passed = env_policy.pass_problems(self.pass_, self.allow_dangerous)
+        if found_passed:
+            name, why = found_passed[0]
+            raise ValueError(f"pass.{self.pass_.index(name)}: {why}")
         for where, values in [("vars", self.vars)] + [(f"ranks.{r}.vars", e.vars) for r, e in self.ranks.items()]:
             exported = {k: v if isinstance(v, str) else str(v) for k, v in values.items()}
-            found = env_policy.problems(exported, self.allow_dangerous)
+            found = env_policy.problems(exported, self.allow_dangerous, self.pass_)
             if found:
                 name, why = found[0]
                 raise ValueError(f"{where}.{name}: {why}" if name in values else f"allow_dangerous: {why}")
@@ -551,6 +577,16 @@ class Observability(Strict):
             raise ValueError("ray_dashboard: the Ray dashboard needs Ray (set observability.ray: true)")
         return self
 
+class Reproducibility(Strict):
+    """How far a run's numbers are pinned (docs/runs.md#deterministic-runs)."""
+
+    deterministic: bool = Field(
+        False, description="set the documented determinism settings for the GPU vendor and the pinned jaxlib: XLA's "
+        "--xla_gpu_deterministic_ops, NCCL_ALGO=Ring (NCCL and RCCL), NVTE_ALLOW_NONDETERMINISTIC_ALGO=0; recorded "
+        "in the bundle's environment; slower (deterministic kernels). CPU runs need none, so none are set"
+    )
+
+
 class Checkpoint(Strict):
     """MaxText checkpoints: what automatic restart and Slurm requeue resume from."""
 
@@ -624,7 +660,7 @@ class CheckSettings(Strict):
 class JobSpec(AddedFields):
     """A reviewed, versioned description of one training job."""
 
-    added_fields = ("check",)
+    added_fields = ("check", "reproducibility")
 
     schema_: Literal["mxc/v1"] = Field(alias="schema", description="spec format version")
     name: Name = Field(description="job name (letters, digits, . _ -)")
@@ -640,6 +676,8 @@ class JobSpec(AddedFields):
     restart: Restart = Field(default_factory=Restart)
     notify: Notify | None = Field(None, description="chat alerts (webhook); the secret itself stays outside the spec")
     check: CheckSettings | None = Field(None, description="check warnings accepted on review (docs/check.md)")
+    reproducibility: Reproducibility = Field(default_factory=Reproducibility,
+                                             description="determinism settings (docs/runs.md#deterministic-runs)")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -664,6 +702,9 @@ class JobSpec(AddedFields):
             raise ValueError(f"runtime.container_options.{problem}")
         if self.runtime.optional_mounts and self.runtime.container == "native":
             raise ValueError("runtime.optional_mounts: mounts are for containers; runtime.container is native")
+        problem = determinism.problem(self)
+        if problem:
+            raise ValueError(problem)
         if self.runtime.backend == "local" and self.resources.nodes > 1:
             raise ValueError("resources.nodes: runtime.backend local runs on one node; set nodes to 1 or backend: slurm")
         for rank in self.env.ranks:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import checkpoints, events, integrity, jobreport, layout, outcome, policy, stopcause
+from . import checkpoints, envboundary, events, integrity, jobreport, layout, outcome, policy, stopcause
 from .contract import ContractError, RunContract
 from .contract import load as load_contract
 
@@ -56,6 +56,26 @@ class Batch:
         self.requeued = False
         self.step: subprocess.Popen[bytes] | None = None
         self.report: jobreport.JobReport | None = None
+
+    def module_vars(self, contract: RunContract, env: dict[str, str]) -> dict[str, str]:
+        """``MXC_MODULE_VARS`` for the ranks: what the spec's ``module load``s set, which reaches the
+        training with the base (envboundary.py). job.sbatch wrote the environment before them to a
+        temporary file (``env -0``); a value inherited from the submitting shell is never trusted."""
+        before_file = env.pop(envboundary.BEFORE_MODULES, None)
+        env.pop(envboundary.MODULE_VARS, None)
+        if not (contract.slurm.modules and before_file):
+            return {}
+        try:
+            with open(before_file, "rb") as fh:
+                before = envboundary.parse_env0(fh.read(1 << 24))
+            os.unlink(before_file)  # it holds the submitting shell's variables: gone once read
+        except OSError as exc:
+            self.log(f"cannot read the environment before the module loads ({exc.strerror or exc}): "
+                     "what they set does not reach the training")
+            return {}
+        after = {name: value for name, value in self.env.items() if name != envboundary.BEFORE_MODULES}
+        names = envboundary.module_vars(before, after)
+        return {envboundary.MODULE_VARS: " ".join(names)} if names else {}
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.pending.append(signum)  # handled by the main loop, never inside the handler
@@ -96,6 +116,7 @@ class Batch:
                    coordinator=coordinator)
         self.report.started(self.env.get("SLURM_JOB_NODELIST", ""))
         env = dict(self.report.rank_env(self.env), MXC_ATTEMPT=str(self.restarts), MXC_COORDINATOR=coordinator)
+        env.update(self.module_vars(contract, env))
         if contract.observability.enabled:
             env["MXC_OBSERVE_NODES"] = "1"  # each rank starts mxc's node observer (mxc/runtime/observe/node_observer.py)
         try:

@@ -23,9 +23,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from . import atomicfile, envmerge, imagecache, layout, sysread
+from . import atomicfile, envboundary, envmerge, imagecache, layout, sysread
 from .contract import Container, RunContract
 from .imagecache import ImageError
 
@@ -36,7 +36,7 @@ PODMAN_PASSED = ("PYTHONFAULTHANDLER", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME
                  "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "MXC_RUN_DIR", "MXC_RANK", "MXC_ATTEMPT")
 # Apptainer sees the host's GPUs; these say which of them the task has (podman and docker map the
 # devices instead, and number them from 0 inside).
-GPU_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+GPU_VISIBILITY = envboundary.GPU_VISIBILITY
 OCI_RUNTIMES = ("podman", "docker")
 MAXTEXT_CHECK = ("import sys, maxtext.version as v; "
                  "sys.exit(0 if v.__version__ == sys.argv[1] else "
@@ -176,17 +176,20 @@ class Launch:
 
 
 def container_env(c: Container, env: Mapping[str, str], spec_env: list[tuple[str, str]], modes: Mapping[str, str],
-                  code_path: str | None) -> list[tuple[str, str, str]]:
-    """What a container's envmerge.py joins, in order, as (name, value, mode): the spec's values as
-    written (the image's join them there, as ``modes`` says), the node's facts from ``env``
-    (apptainer: and the GPUs Slurm gave the task), and the code checkout first on PYTHONPATH.
+                  code_path: str | None, passed: Sequence[str] = ()) -> list[tuple[str, str, str]]:
+    """What a container's envmerge.py joins, in order, as (name, value, mode): the ``passed``
+    variables (env.pass) of the node's environment ``env``, replacing the image's; the spec's values
+    as written (the image's, or a passed one, join them there, as ``modes`` says); the node's facts
+    from ``env`` (apptainer: and the GPUs Slurm gave the task); the code checkout first on PYTHONPATH.
+    Nothing else of the node's environment enters the container (envboundary.py).
 
     The precedence is a native run's (rank.py): the node's per-rank facts (coordinator, rank,
     network interface, MXC_*) are set after the spec's values and win over them, or every
     container rank would say it is the spec's constant; the GPU visibility Slurm gives is only
     inherited, so a spec's own value wins there."""
     spec_names = {name for name, _ in spec_env}
-    out = [(name, value, modes.get(name, "replace")) for name, value in spec_env]
+    out = [(name, env[name], "replace") for name in passed if name in env]
+    out += [(name, value, modes.get(name, "replace")) for name, value in spec_env]
     out += [(name, env[name], "replace") for name in PODMAN_PASSED if name in env]
     if c.kind == "apptainer":
         out += [(name, env[name], "replace") for name in GPU_VISIBILITY if name in env and name not in spec_names]
@@ -204,7 +207,8 @@ def mounts(c: Container, exists: Callable[[str], bool] = os.path.exists) -> tupl
 def launcher(c: Container, python: str, image: Image, env: Mapping[str, str], run_dir: Path, output_dir: Path,
              code_dir: str | None, spec_env: list[tuple[str, str]], modes: Mapping[str, str], code_path: str | None,
              node_dir: Path, request_file: Path, kfd_nodes: Path = Path("/sys/class/kfd/kfd/topology/nodes"),
-             exists: Callable[[str], bool] = os.path.exists, workdir: str | None = None) -> Launch:
+             exists: Callable[[str], bool] = os.path.exists, workdir: str | None = None,
+             passed: Sequence[str] = ()) -> Launch:
     """The command prefix that runs the training's Python (``<prefix> -m module args``). ``workdir``:
     where the image's own MaxText lives (code.from_image, no checkout), the container's working directory."""
     if c.kind == "native":
@@ -212,7 +216,7 @@ def launcher(c: Container, python: str, image: Image, env: Mapping[str, str], ru
     binds, skipped = mounts(c, exists)
     node = str(node_dir)
     shim = ["python3", f"{node}/envmerge.py", str(request_file), "--", "python3"]
-    request = container_env(c, env, spec_env, modes, code_path)
+    request = container_env(c, env, spec_env, modes, code_path, passed)
     if c.kind in OCI_RUNTIMES:
         argv = [c.kind, "run", "--rm", "--network=host", "--ipc=host", "--security-opt=label=disable"]
         argv += podman_devices(c.gpu_vendor, allocated_gpus(env), kfd_nodes)
@@ -241,15 +245,16 @@ def launcher(c: Container, python: str, image: Image, env: Mapping[str, str], ru
 
 
 def write_launch(run: Path, rank: int, attempt: int, contract: RunContract, launch: Launch,
-                 train_env: Mapping[str, str]) -> None:
+                 train_env: Mapping[str, str], crossed: Mapping[str, Any] | None = None) -> None:
     """The rank's launch files: launch.json (container, optional mounts skipped); for a container,
     envmerge.py's request; natively, the environment training starts with (in a container,
-    envmerge.py writes that itself, once it has joined the image's)."""
+    envmerge.py writes that itself, once it has joined the image's), with the names ``crossed`` from
+    the node's environment besides the base (envboundary.py)."""
     layout.rank_dir(run, rank).mkdir(parents=True, exist_ok=True)
     record = str(layout.environment(run, rank))
     if contract.container.kind == "native":
-        envmerge.write_effective(record, train_env)
+        envmerge.write_effective(record, train_env, crossed)
     else:
-        envmerge.write_request(str(layout.env_request(run, rank, attempt)), launch.request, record)
+        envmerge.write_request(str(layout.env_request(run, rank, attempt)), launch.request, record, crossed)
     atomicfile.write_json(layout.launch(run, rank), {"attempt": attempt, "container": contract.container.kind,
                                                      "skipped_mounts": launch.skipped_mounts})

@@ -233,6 +233,9 @@ class RunContract:
     # (variable, append | prepend) where the spec's value joins the image's (native: the node's) instead of
     # replacing it (envmerge.py); a variable not listed replaces
     env_merge: list[tuple[str, str]] = field(default_factory=list)
+    # env.pass: the variables of the node's environment that reach the training besides the base
+    # (envboundary.py); None when the spec passes none (run.json then stays as it was before the field)
+    env_pass: list[str] | None = None
     __pydantic_config__ = STRICT
 
     def stage(self, name: str) -> Stage:

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 # replace | append | prepend: a spec's env.merge. default: set only where the base leaves the variable
 # unset or empty (what env.detect found on a node, for a container: the image's own value wins).
@@ -61,19 +62,30 @@ def compose(base: Mapping[str, str], values: Sequence[tuple[str, str]], modes: M
     return apply(base, [(name, value, modes.get(name, "replace")) for name, value in values])
 
 
-def write_request(path: str, entries: Sequence[tuple[str, str, str]], record: str | None) -> None:
-    """The file the in-container step reads: (name, value, mode) in order, where to write the result."""
-    _write_json(path, {"env": [list(entry) for entry in entries], "record": record})
+def write_request(path: str, entries: Sequence[tuple[str, str, str]], record: str | None,
+                  crossed: Mapping[str, Any] | None = None) -> None:
+    """The file the in-container step reads: (name, value, mode) in order, where to write the result,
+    and which names crossed from the node (``crossed``, written with the result: see write_effective)."""
+    _write_json(path, {"env": [list(entry) for entry in entries], "record": record, "crossed": dict(crossed or {})})
 
 
 def may_be_secret(name: str) -> bool:
     return any(part in SECRETISH for part in name.upper().replace(".", "_").replace("-", "_").split("_"))
 
 
-def write_effective(path: str, env: Mapping[str, str]) -> None:
+def write_effective(path: str, env: Mapping[str, str], crossed: Mapping[str, Any] | None = None) -> None:
     """The environment training starts with, less the variables whose name may mean a secret (mode
-    0600; mxc's record keeps an allow-listed, redacted part of it)."""
-    _write_json(path, {"environment": {k: v for k, v in sorted(env.items()) if not may_be_secret(k)}})
+    0600; mxc's record keeps an allow-listed, redacted part of it), and ``crossed``: what came from the
+    node's environment besides the base (envboundary.crossed: names, and the caller's values less the
+    secret-named ones)."""
+    data: dict[str, Any] = {"environment": _public(env)}
+    for key, value in sorted((crossed or {}).items()):
+        data[key] = _public(value) if isinstance(value, Mapping) else sorted(value)
+    _write_json(path, data)
+
+
+def _public(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in sorted(env.items()) if not may_be_secret(k)}
 
 
 def _write_json(path: str, data: object) -> None:
@@ -95,7 +107,7 @@ def main(argv: list[str]) -> int:
     env = apply(os.environ, [(str(name), str(value), str(mode)) for name, value, mode in request["env"]])
     if request.get("record"):
         try:
-            write_effective(request["record"], env)
+            write_effective(request["record"], env, request.get("crossed"))
         except OSError as exc:  # the record is evidence, not a reason to stop a training
             print(f"mxc: cannot write {request['record']}: {exc}", file=sys.stderr)
     program = argv[2:]

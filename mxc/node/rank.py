@@ -35,8 +35,10 @@ from . import (
     checkpoints,
     container,
     detect,
+    envboundary,
     envmerge,
     events,
+    eventscrub,
     integrity,
     layout,
     livestacks,
@@ -246,7 +248,9 @@ class Rank:
         # env.sh (and env.ranks), run-time placeholders filled in; each replaces the inherited value or
         # joins it (run.json's env_merge); in a container, envmerge.py joins them with the image's instead
         self.spec_env = [(name, placeholders.fill(value, known)) for name, value in contract.env_of(self.rank)]
-        env = envmerge.compose(self.env, self.spec_env, dict(contract.env_merge))
+        # the node's environment (the caller's shell, sbatch's --export=ALL) crosses only as envboundary.py says
+        base = envboundary.training_base(self.env, contract.env_pass or [])
+        env = envmerge.compose(base, self.spec_env, dict(contract.env_merge))
         env.update(postmortem.faulthandler_env(env))
         env.update(MXC_RUN_DIR=str(self.run), MXC_BUNDLE_DIR=str(self.bundle), MXC_ATTEMPT=str(self.attempt),
                    MXC_CHECKPOINT_DIR=str(output_dir))
@@ -321,19 +325,20 @@ class Rank:
                                     wanted, {**dict(contract.env_merge), **self.detected_modes},
                                     f"{code_dir}/{contract.train.pythonpath}" if code_dir else None,
                                     Path(__file__).resolve().parent, layout.env_request(self.run, self.rank, self.attempt),
-                                    workdir=contract.train.workdir)
+                                    workdir=contract.train.workdir, passed=contract.env_pass or [])
         launcher = launch.prefix
         exe = shutil.which(launcher[0]) if len(launcher) == 1 else None
         for mount in launch.skipped_mounts:
             self.log(f"mount {mount} skipped: its host path does not exist here (runtime.optional_mounts)")
         try:
-            container.write_launch(self.run, self.rank, self.attempt, contract, launch, train_env)
+            container.write_launch(self.run, self.rank, self.attempt, contract, launch, train_env,
+                                   envboundary.crossed(self.env, contract.env_pass or []))
         except OSError as exc:
             self.log(f"cannot write the launch files: {exc}")
             return self.exit("train", 1, policy.STAGE_FAILED, f"cannot write the launch files: {exc}")
         observer = self._start_observer(contract, node_env)
         if observer is not None and contract.observability.ray:
-            launcher = [env["MXC_AGENT_PYTHON"], "-m", "mxc.runtime.observe.ray_node_launch", "--run-dir", str(self.run),
+            launcher = [node_env["MXC_AGENT_PYTHON"], "-m", "mxc.runtime.observe.ray_node_launch", "--run-dir", str(self.run),
                         "--node", self.node, "--rank", str(self.rank), "--attempt", str(self.attempt), "--", *launcher]
         target = [contract.train.script] if contract.train.script else ["-m", contract.train.module]
         argv = [*launcher, *target, *args]
@@ -349,13 +354,17 @@ class Rank:
         evidence.begin()
         markers = [f"MXC_RUN_DIR={self.run}", f"MXC_RANK={self.rank}", f"MXC_ATTEMPT={self.attempt}"]
         py_spy = shutil.which("py-spy") or _beside(exe, "py-spy")
+        # a secret the spec passes (env.pass: [HF_TOKEN]) is masked in MaxText's event files and the log
+        secrets = eventscrub.passed_secrets(train_env, contract.env_pass or [])
+        scrubber = eventscrub.EventScrubber(output_dir / self.run.name / "tensorboard", secrets) if secrets else None
         trainer = Trainer(argv, train_env, code_dir, hang=contract.hang, infrastructure=contract.infrastructure,
                           metrics=metrics, hang_marker=layout.hang_marker(self.run, self.attempt), rank=self.rank,
                           timeout_s=stage.timeout_s, grace_s=stage.grace_s, stop=self.stop, markers=markers,
                           dump_stacks=lambda pids: self._dump_stacks(pids, py_spy), log=self.log,
                           started=lambda pid: livestacks.record_trainer(self.run, self.rank, self.node, self.attempt,
                                                                         pid, markers, py_spy),
-                          end=self._end_of_training(contract, ckpt_dir))
+                          end=self._end_of_training(contract, ckpt_dir),
+                          redact=eventscrub.line_redactor(secrets), tick=scrubber.scan if scrubber else None)
         started = time.monotonic()
         self.interruptible = False
         if self.stop.requested:  # a request that came between the stages and now
@@ -365,6 +374,8 @@ class Rank:
             result = trainer.run()
         finally:
             trainer.kill_all(None)  # whatever of it is left (helpers, a Ray actor's child)
+            if scrubber is not None:
+                scrubber.scan()  # what the writer flushed as the trainer ended
             self._stop_observer(observer)
         self.event(events.StageEnd, stage="train", rc=124 if result.timed_out else result.rc,
                    seconds=round(time.monotonic() - started, 3),

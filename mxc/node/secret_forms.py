@@ -89,3 +89,8 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         return self.pattern.sub(REDACTED, text) if self.pattern is not None else text
+
+    def mask(self, text: str) -> str:
+        """Each form replaced by as many ``*`` as it has characters: the length stays (a record whose
+        length is written beside it, a TensorBoard event, stays valid)."""
+        return self.pattern.sub(lambda m: "*" * len(m.group(0)), text) if self.pattern is not None else text

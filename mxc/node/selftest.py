@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import struct
 import sys
 import tempfile
 from pathlib import Path
 
-from . import checkpoints, netif, postmortem, preflight, stacks
+from . import checkpoints, envboundary, eventscrub, netif, postmortem, preflight, stacks
 
 
 class SelfTestFailure(Exception):
@@ -87,6 +88,24 @@ def check_stacks() -> str:
     return f"py-spy: {stacks.find_py_spy() or 'not installed (faulthandler)'}"
 
 
+def check_eventscrub(scratch: Path) -> str:
+    expect(eventscrub.crc32c(b"123456789") == 0xE3069283, "crc32c: the CRC-32C check value")
+    secret = "hf_" + "Sx" * 16
+    body = b"hf_access_token " + secret.encode()
+    events = scratch / "tb" / "events.out.tfevents.1"
+    events.parent.mkdir(parents=True)
+    length = struct.pack("<Q", len(body))
+    events.write_bytes(length + struct.pack("<I", eventscrub.masked_crc(length)) + body
+                       + struct.pack("<I", eventscrub.masked_crc(body)))
+    expect(eventscrub.EventScrubber(scratch / "tb", [secret]).scan() == 1, "EventScrubber: one record masked")
+    data = events.read_bytes()
+    expect(secret.encode() not in data and len(data) == 12 + len(body) + 4, "EventScrubber: masked in place")
+    expect(struct.unpack("<I", data[-4:])[0] == eventscrub.masked_crc(data[12:-4]), "EventScrubber: CRC rewritten")
+    base = envboundary.training_base({"PATH": "/bin", "XLA_FLAGS": "-", "MXC_RUN_DIR": "/r", "SLURM_PROCID": "0"})
+    expect(sorted(base) == ["PATH", "SLURM_PROCID"], f"training_base: {sorted(base)}")
+    return "a secret masked in an event file, its CRC rewritten; the environment boundary holds"
+
+
 def main() -> int:
     print(f"selftest: Python {platform.python_version()} at {sys.executable} (prefix {sys.prefix})")
     try:
@@ -94,7 +113,8 @@ def main() -> int:
             scratch = Path(tmp)
             for name, run in (("netif", check_netif), ("checkpoints", lambda: check_checkpoints(scratch / "c")),
                               ("preflight", lambda: check_preflight(scratch / "p")),
-                              ("postmortem", lambda: check_postmortem(scratch / "m")), ("stacks", check_stacks)):
+                              ("postmortem", lambda: check_postmortem(scratch / "m")), ("stacks", check_stacks),
+                              ("eventscrub", lambda: check_eventscrub(scratch / "e"))):
                 print(f"selftest: {name}: {run()}")
     except SelfTestFailure as exc:
         print(f"selftest: FAILED: {exc}", file=sys.stderr)

@@ -142,8 +142,10 @@ class _Seen:
 
 
 def _pump(pipe: IO[bytes], out: IO[bytes], seen: _Seen, step_line: re.Pattern[str], infra: InfraMatcher,
-          clock: Callable[[], float]) -> None:
+          clock: Callable[[], float], redact: Callable[[bytes], bytes] | None = None) -> None:
     for raw in iter(lambda: pipe.readline(1 << 16), b""):
+        if redact is not None:  # a secret the spec passes never reaches the log (eventscrub.py)
+            raw = redact(raw)
         try:
             out.write(raw)
             out.flush()
@@ -185,7 +187,8 @@ class Trainer:
                  dump_stacks: Callable[[list[int]], list[tuple[str, str]]],
                  log: Callable[[str], None], output: IO[bytes] | None = None,
                  clock: Callable[[], float] = time.monotonic, started: Callable[[int], None] | None = None,
-                 end: EndOfTraining | None = None) -> None:
+                 end: EndOfTraining | None = None, redact: Callable[[bytes], bytes] | None = None,
+                 tick: Callable[[], object] | None = None) -> None:
         self.argv, self.env, self.cwd = argv, env, cwd
         self.hang, self.metrics, self.hang_marker, self.rank = hang, metrics, hang_marker, rank
         self.timeout_s, self.grace_s, self.stop, self.markers = timeout_s, grace_s, stop, markers
@@ -196,6 +199,8 @@ class Trainer:
         self.started = started  # told the trainer's pid once it runs (the record `mxc stacks` finds it by)
         self.end = end  # None: the spec does not fix the number of steps, so no end is known
         self._faulthandler_files: list[str] = []  # stack files to fill from the trainer's own output
+        self.redact = redact  # applied to each output line before it is passed on
+        self.tick = tick  # called at each look while the trainer runs (eventscrub.py)
 
     def run(self) -> Result:
         previous = signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # inherited through exec
@@ -213,7 +218,7 @@ class Trainer:
         seen = _Seen()
         pump = threading.Thread(target=_pump, name="mxc-trainer-output", daemon=True,
                                 args=(proc.stdout, self.output, seen, re.compile(self.hang.step_pattern), self.infra,
-                                      self.clock))
+                                      self.clock, self.redact))
         pump.start()
         result = self._watch(proc, seen)
         pump.join(timeout=30)
@@ -306,6 +311,8 @@ class Trainer:
                     result.hang = self._hung(proc, seen, hung, other, watch)
                     killed = True
                     term_at = now
+            if self.tick is not None:
+                self.tick()
             time.sleep(POLL_S)
 
     def _signal(self, proc: subprocess.Popen[bytes], signum: int) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mxc import tempdirs
 from mxc.errors import UserError, cannot_write
+from mxc.node import envboundary
 from mxc.node.contract import RunContract
 from mxc.runtime.contract import load as load_contract
 from mxc.runtime.hooks import Launcher, RunObserver
@@ -242,8 +243,14 @@ def training_python(contract: RunContract) -> str:
 
 
 def recorded_environment(env: Mapping[str, str], spec: Mapping[str, Any]) -> dict[str, str]:
-    """The variables a run record keeps: exact names only, secrets left out (mxc/runtime/provenance/environment.py)."""
-    return environment.recorded_environment(env, spec)
+    """The variables a run record keeps of the environment a run was started from: mxc's own (for the
+    node program) and what of it reaches the training (mxc/node/envboundary.py; a variable left in the
+    caller's shell does not, so it is not recorded as if it did); exact names only, secrets left out
+    (mxc/runtime/provenance/environment.py)."""
+    passed = [str(name) for name in (spec.get("env") or {}).get("pass") or []]
+    crossing = {name: value for name, value in env.items()
+                if name.startswith(envboundary.OWN_PREFIX) or envboundary.crosses(name, passed)}
+    return environment.recorded_environment(crossing, spec)
 
 
 def extensions(request: RunRequest) -> tuple[Launcher | None, list[RunObserver]]:

@@ -119,7 +119,12 @@ def env_dangerous(s: Subject) -> Iterator[Issue]:
     it makes the loader, an interpreter or the container runtime load code or files, which a
     reviewer does not see in its value; reported on every check so the opt-in stays visible."""
     for name in s.spec.env.allow_dangerous:
-        value = scalar_text(s.spec.env.vars[name]) if name in s.spec.env.vars else ""
+        if name not in s.spec.env.vars:  # passed from the caller's environment (env.pass): no value to review
+            yield Issue(("env", "pass", s.spec.env.pass_.index(name)), f"{name} is passed from the caller's "
+                        "environment on purpose (env.allow_dangerous): whatever value it has there can load or run code",
+                        "keep it only if every environment that runs this spec is trusted")
+            continue
+        value = scalar_text(s.spec.env.vars[name])
         yield Issue(("env", "vars", name), f"{name}={value!r} is exported on purpose (env.allow_dangerous): it can "
                     "load or run code the spec does not show", "keep it only if the value is reviewed and trusted")
 

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mxc.node import layout
+from mxc.node import envboundary, layout
 from mxc.runtime.backends import (
     Plan,
     RunRequest,
@@ -77,7 +77,9 @@ class LocalBackend:
         notes.append("MXC_ATTEMPT counts up on each automatic restart "
                      f"(restart.max {contract.restart.max})")
         secret = _alert_secret_env(request)
-        unset = sorted(k for k in os.environ if k.startswith(UNSET_PREFIXES) or k == secret)
+        # and the module variables a Slurm batch side computes: never taken from a caller's shell
+        unset = sorted(k for k in os.environ if k.startswith(UNSET_PREFIXES) or k == secret
+                       or k in (envboundary.MODULE_VARS, envboundary.BEFORE_MODULES))
         return Plan("local", run, ["bash", str(request.bundle.path / "entrypoint.sh")], env, run.path,
                     unset=unset, notes=notes)
 

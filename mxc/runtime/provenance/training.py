@@ -16,13 +16,15 @@ from typing import Any
 
 from mxc.fsutil import read_json
 from mxc.node import layout
-from mxc.runtime.provenance.environment import recorded_environment
+from mxc.runtime.provenance.environment import recorded_caller, recorded_environment
 from mxc.runtime.provenance.hostfacts import Drift
 from mxc.runtime.record import RunRecord
 
 
 def rank0(run: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
-    """{environment, skipped_mounts, container, attempt} of rank 0's latest start; None before it started."""
+    """{environment, passed, modules, caller, skipped_mounts, container, attempt} of rank 0's latest start;
+    None before it started. ``caller``: what of the caller's shell reached the training (``mxc rerun``
+    compares it with its own, mxc/runtime/replay.py)."""
     env = read_json(layout.environment(run, 0))
     launch = read_json(layout.launch(run, 0))
     if not isinstance(env, dict) and not isinstance(launch, dict):
@@ -34,7 +36,18 @@ def rank0(run: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
     values = env.get("environment") if isinstance(env, dict) else None
     if isinstance(values, dict):
         out["environment"] = recorded_environment({str(k): str(v) for k, v in values.items()}, spec)
+    for why in CROSSED:  # names only (envboundary.crossed): a passed variable may hold a secret
+        names = env.get(why) if isinstance(env, dict) else None
+        if isinstance(names, list):
+            out[why] = sorted(str(n) for n in names if isinstance(n, str))[:1000]
+    caller = env.get("caller") if isinstance(env, dict) else None
+    if isinstance(caller, dict):
+        out["caller"] = recorded_caller({str(k): str(v) for k, v in caller.items()}, spec)
     return out
+
+
+# What crossed from the node's environment besides the base, recorded by name (mxc/node/envboundary.py).
+CROSSED = ("passed", "modules")
 
 
 # Per-run values (where the run lives, who coordinates it) that differ between any two runs.
