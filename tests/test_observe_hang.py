@@ -23,6 +23,7 @@ from mxc.runtime.observe.tsdb import last_values, open_tsdb
 from mxc.runtime.processes.procfs import pid_alive
 from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
+from mxc.runtime.runpaths import RunPaths
 from mxc.store import Store
 from tests.conftest import REPO
 
@@ -56,7 +57,7 @@ def supervise(tmp_path: Path, restarts: int, py_spy: bool = True) -> tuple[RunDi
     env = {**os.environ, "PATH": os.pathsep.join(path), "MXC_RUN_DIR": str(run.path), "MXC_BUNDLE_DIR": str(stored.path),
            "MXC_PYTHON": str(python), "MXCTEST_TRAINER": "*=stall"}
     config = SupervisorConfig(argv=argv, env=env, cwd=run.path, restart=contract.restart, total_steps=None,
-                              checkpoints=run.output / run.run_id / "checkpoints", grace_seconds=5)
+                              checkpoints=RunPaths(run).checkpoints, grace_seconds=5)
     observer = Observability(contract.observability, contract.name)
     final = Supervisor(run, record, config, LocalLauncher(), [observer]).run_to_end()
     assert not pid_alive(observer.prometheus.process.pid if observer.prometheus else None)
