@@ -57,40 +57,43 @@ def keep(bundle: StoredBundle, run: RunDir) -> str:
     return "copied" if copied else "linked"
 
 
-def bundle_of(run: RunDir, record: RunRecord, store: Store) -> StoredBundle | None:
-    """The bundle the run ran, intact: the run's own copy, else the store's; None when neither is
-    there whole (a run from before runs kept their bundle, whose bundle left the store)."""
+def _copies(run: RunDir, record: RunRecord, store: Store) -> list[StoredBundle]:
+    """Where the bundle the run ran may be: its own copy first, then the store's (none when the
+    record names a bundle its run id does not: such a record is not the run's)."""
     digest = record.bundle
     if not integrity.valid_hash(digest) or not run.run_id.endswith("-" + digest[:8]):
-        return None
-    for candidate in (run.bundle, store.bundles / digest):
-        if os.path.lexists(candidate) and not integrity.check(candidate, digest):
-            return StoredBundle(digest, candidate)
-    return None
+        return []
+    return [StoredBundle(digest, path) for path in (run.bundle, store.bundles / digest) if os.path.lexists(path)]
+
+
+def bundle_of(run: RunDir, record: RunRecord, store: Store) -> StoredBundle | None:
+    """The bundle the run ran, whole and intact (every file checked: what is about to be run or
+    served): the run's own copy, else the store's; None when neither is (a run from before runs
+    kept their bundle, whose bundle left the store)."""
+    return next((b for b in _copies(run, record, store) if not integrity.check(b.path, b.hash)), None)
 
 
 def contract_of(run: RunDir, record: RunRecord, store: Store) -> RunContract | None:
-    """The contract of the bundle the run ran (None: no intact copy of it is left)."""
+    """The contract of the bundle the run ran, read through its hash (the manifest and run.json
+    checked, not every file: readers of many runs, ``gc``, stay fast); None when no copy has it."""
     from mxc.runtime.contract import load
 
-    bundle = bundle_of(run, record, store)
-    if bundle is None:
-        return None
-    try:
-        return load(bundle)
-    except UserError:
-        return None
+    for bundle in _copies(run, record, store):
+        try:
+            return load(bundle)
+        except UserError:
+            continue
+    return None
 
 
 def spec_of(run: RunDir, record: RunRecord, store: Store) -> dict[str, object] | None:
-    """The spec (spec.json) of the bundle the run ran, or None when no intact copy is left."""
-    bundle = bundle_of(run, record, store)
-    if bundle is None:
-        return None
-    try:
-        return bundle.spec()
-    except UserError:
-        return None
+    """The spec (spec.json) of the bundle the run ran, read through its hash; None when no copy has it."""
+    for bundle in _copies(run, record, store):
+        try:
+            return bundle.spec()
+        except UserError:
+            continue
+    return None
 
 
 def in_store(run: RunDir, record: RunRecord, store: Store, quiet: bool = False) -> StoredBundle:
