@@ -250,3 +250,28 @@ def test_runs_shows_control_characters_of_a_record_visibly(mxc: Mxc, mxc_home: P
     listed = mxc("runs").stdout
     assert "tiny\\x1b]0;owned\\x07" in listed and "a\\x1b[2Jb,c\\rd,e\\u202ef" in listed
     assert json.loads(mxc("runs", "--json").stdout)[0]["spec"] == "tiny\x1b]0;owned\x07"  # JSON keeps the data
+
+
+# ---- what is served: TensorBoard's events from where the contract puts them
+
+
+def test_tensorboard_is_read_and_served_from_the_contracts_place_not_the_records(mxc: Mxc, mxc_home: Path,
+                                                                                 tmp_path: Path) -> None:
+    """c388a5b: the exporter's TensorBoard plugin read event files from the record's `tensorboard`
+    path, and `mxc dashboard` served that directory."""
+    from mxc.cli.observe import _tensorboard_dir
+    from mxc.plugins import tensorboard
+    from mxc.plugins.api import PluginContext
+    from mxc.runtime import runs
+    from tests.test_observe_parsers import write_events
+
+    shared = tmp_path / "checkpoints"
+    digest = build(mxc, f"checkpoint.dir={shared}")
+    run_id = f"20200101-000000-aaaa-{digest[:8]}"
+    elsewhere = tmp_path / "elsewhere" / "events"
+    write_events(elsewhere, range(4))
+    run = plant(mxc_home, run_id, bundle=digest, tensorboard=str(elsewhere))
+    plugin = tensorboard.create(PluginContext(run_dir=run))
+    assert plugin.tensorboard_dir != elsewhere and list(plugin.collect()) and plugin.source == "none"
+    found = runs.find_run(mxc_home, run_id)
+    assert _tensorboard_dir(found, runs.load(found)) == shared / run_id / "tensorboard" / run_id

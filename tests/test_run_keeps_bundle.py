@@ -15,7 +15,6 @@ import pytest
 
 from mxc.errors import UserError
 from mxc.node import integrity
-from mxc.runtime import kept_bundle
 from mxc.runtime.rundir import RunDir
 from mxc.store import Store
 from tests.conftest import REPO, Mxc
@@ -36,15 +35,12 @@ def test_rerun_compare_and_report_survive_rm_of_the_bundle(mxc: Mxc, mxc_home: P
     out = mxc("run", "-q", digest)
     assert out.returncode == 0, out.stderr
     first = out.stdout.strip()
-    kept = mxc_home / "runs" / first / "bundle"
-    names = integrity.read_manifest(kept, digest)
-    assert integrity.check(kept, digest) == []
-    for name in [integrity.MANIFEST, *names]:  # hard links: the very files that were verified and run
-        assert os.stat(kept / name).st_ino == os.stat(stored / name).st_ino, name
+    names = [integrity.MANIFEST, *integrity.read_manifest(stored, digest)]
+    inodes = {name: os.stat(stored / name).st_ino for name in names}
 
     removed = mxc("rm", digest[:12])
     assert removed.returncode == 0, removed.stderr
-    assert not stored.exists() and integrity.check(kept, digest) == []
+    assert not stored.exists()
 
     again = mxc("rerun", first)
     assert again.returncode == 0, again.stderr
@@ -63,6 +59,10 @@ def test_rerun_compare_and_report_survive_rm_of_the_bundle(mxc: Mxc, mxc_home: P
     (comparison,) = json.loads(reported.stdout)["comparisons"]
     assert comparison["spec_changes"] == [] and not [n for n in comparison["notes"] if "spec" in n], comparison
 
+    kept = mxc_home / "runs" / first / "bundle"  # what the first run kept: hard links to the very files it ran
+    assert integrity.check(kept, digest) == []
+    assert {name: os.stat(kept / name).st_ino for name in names} == inodes
+
 
 def test_a_run_on_another_file_system_keeps_a_verified_copy(tmp_path: Path) -> None:
     """No hard link across file systems (MXC_RUNS_DIR on scratch): a copy, checked against the hash;
@@ -71,6 +71,7 @@ def test_a_run_on_another_file_system_keeps_a_verified_copy(tmp_path: Path) -> N
     if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
         pytest.skip("needs a second file system (/dev/shm)")
     from mxc.compiler import compile_spec
+    from mxc.runtime import kept_bundle
 
     bundle = compile_spec(TINY, lambda p: Path(p).read_bytes(), (), mxc_version="test")
     stored, _ = Store(tmp_path / "home").put(bundle.files, bundle.hash)
