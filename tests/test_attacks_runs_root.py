@@ -259,7 +259,6 @@ def test_tensorboard_is_read_and_served_from_the_contracts_place_not_the_records
                                                                                  tmp_path: Path) -> None:
     """c388a5b: the exporter's TensorBoard plugin read event files from the record's `tensorboard`
     path, and `mxc dashboard` served that directory."""
-    from mxc.cli.observe import _tensorboard_dir
     from mxc.plugins import tensorboard
     from mxc.plugins.api import PluginContext
     from mxc.runtime import runs
@@ -273,5 +272,7 @@ def test_tensorboard_is_read_and_served_from_the_contracts_place_not_the_records
     run = plant(mxc_home, run_id, bundle=digest, tensorboard=str(elsewhere))
     plugin = tensorboard.create(PluginContext(run_dir=run))
     assert plugin.tensorboard_dir != elsewhere and list(plugin.collect()) and plugin.source == "none"
+    from mxc.cli.observe import _tensorboard_dir  # what `mxc dashboard` serves
+
     found = runs.find_run(mxc_home, run_id)
     assert _tensorboard_dir(found, runs.load(found)) == shared / run_id / "tensorboard" / run_id
