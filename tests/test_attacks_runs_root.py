@@ -23,6 +23,7 @@ import pytest
 from mxc.node import checkpoints
 from mxc.runtime.processes.procfs import ProcessId
 from tests.conftest import REPO, Mxc
+from tests.slurm_cluster import SlurmCluster
 from tests.test_attacks_processes import Bystander
 
 TINY = str(REPO / "specs" / "tiny.yaml")
@@ -230,6 +231,27 @@ def test_cancel_does_not_signal_the_process_a_forged_record_names(mxc: Mxc, mxc_
         assert bystander.pending() == "none" and (run / "record.json").read_bytes() == before
     finally:
         bystander.close()
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_env")
+def test_cancel_scancels_only_a_job_that_runs_in_the_run_directory(mxc: Mxc, mxc_home: Path, tmp_path: Path,
+                                                                   slurm_cluster: SlurmCluster) -> None:
+    """A Slurm record forged to name someone else's job: c388a5b scancelled it. mxc submits every job
+    with `--chdir` its run directory, and cancels a job only when Slurm says it runs there."""
+    digest = build(mxc, "runtime.backend=slurm")
+    theirs = slurm_cluster.run("sbatch", "--parsable", "--hold", f"--partition={slurm_cluster.partition}",
+                               f"--chdir={tmp_path}", "--wrap", "true").stdout.strip()
+    try:
+        run_id = f"20990101-000000-aaaa-{digest[:8]}"
+        run = plant(mxc_home, run_id, bundle=digest, backend="slurm", status="queued", final=False, ended=None,
+                    slurm={"job_id": theirs, "jobs": [{"job_id": theirs, "submitted": OLD}]})
+        out = mxc("cancel", run_id)
+        assert out.returncode == 2, out.stderr
+        assert f"Slurm job {theirs}, which its record names, runs in {tmp_path}: not cancelling it" in out.stderr
+        assert slurm_cluster.job(theirs)["JobState"] == "PENDING" and not (run / "cancel.request").exists()
+    finally:
+        slurm_cluster.run("scancel", theirs, check=False)
 
 
 # ---- what a record says reaches the terminal visibly
