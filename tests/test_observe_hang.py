@@ -48,7 +48,7 @@ def supervise(tmp_path: Path, restarts: int, py_spy: bool = True) -> tuple[RunDi
         path.insert(0, str(Path(sys.executable).parent))  # where the venv's py-spy is
     else:
         path = [p for p in path if not (Path(p) / "py-spy").exists()]
-    run = RunDir(tmp_path / "home" / "runs" / "20260101-000000-beef-00000000")
+    run = RunDir(tmp_path / "home" / "runs" / f"20260101-000000-beef-{stored.hash[:8]}")
     run.path.mkdir(parents=True)
     argv = ["bash", str(stored.path / "entrypoint.sh")]
     record = RunRecord(run_id=run.run_id, bundle=stored.hash, spec_name="tiny", backend="local", status="starting",

@@ -66,7 +66,7 @@ def test_training_starts_while_prometheus_is_still_starting(tmp_path: Path) -> N
     prometheus.write_text(SLOW_PROMETHEUS.format(gate=gate))
     for tool in (python, prometheus):
         tool.chmod(0o755)
-    run = RunDir(tmp_path / "home" / "runs" / "20260101-000000-f00d-00000000")
+    run = RunDir(tmp_path / "home" / "runs" / f"20260101-000000-f00d-{stored.hash[:8]}")
     run.path.mkdir(parents=True)
     argv = ["bash", str(stored.path / "entrypoint.sh")]
     record = RunRecord(run_id=run.run_id, bundle=stored.hash, spec_name="tiny", backend="local", status="starting",
