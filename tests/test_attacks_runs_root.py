@@ -101,16 +101,26 @@ def test_a_run_shaped_record_cannot_point_gc_or_rm_outside(mxc: Mxc, mxc_home: P
     assert not run.exists() and (target / "thesis.tex").exists()
 
 
-def test_a_record_of_another_run_is_not_this_runs(mxc: Mxc, mxc_home: Path) -> None:
-    """A record copied from another run (or naming a bundle its id does not) is unreadable, not trusted."""
+def test_a_record_of_another_run_is_not_this_runs(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
+    """A record copied from another run is unreadable; one naming a bundle its id does not gets that
+    bundle's files nowhere (no contract, so no tree under its checkpoint.dir; no rerun of it)."""
     digest = build(mxc)
     copied = plant(mxc_home, f"20200101-000000-aaaa-{digest[:8]}", run_id=f"20200101-000000-bbbb-{digest[:8]}",
                    bundle=digest)
-    misnamed = plant(mxc_home, "20200101-000000-cccc-deadbeef", bundle=digest)
+    elsewhere = tmp_path / "shared"
+    other = build(mxc, f"checkpoint.dir={elsewhere}")
+    misnamed = plant(mxc_home, f"20200101-000000-cccc-{digest[:8]}", bundle=other)
+    target = elsewhere / misnamed.name  # what a run of `other` would own there
+    target.mkdir(parents=True)
+    (target / "thesis.tex").write_text("years of work\n")
     rows = json.loads(mxc("runs", "--json").stdout)
-    assert [(r["run_id"], r["status"]) for r in rows] == [(copied.name, "unreadable"), (misnamed.name, "unreadable")]
+    assert [(r["run_id"], r["status"]) for r in rows] == [(copied.name, "unreadable"), (misnamed.name, "succeeded")]
     assert "record.json is unreadable (run_id: " in rows[0]["error"] and "is not this run's" in rows[0]["error"]
-    assert "is not the bundle this run's id names" in rows[1]["error"]
+    paths = [i["paths"] for i in gc_json(mxc, "--older-than", "1d")["items"] if i["kind"] == "run"]
+    assert paths == [[str(misnamed)]]  # the copied record's run is unreadable: kept unless asked
+    out = mxc("rerun", misnamed.name, "--dry-run")
+    assert out.returncode == 2 and f"not the one run {misnamed.name} ran" in out.stderr, out.stderr
+    assert (target / "thesis.tex").exists()
 
 
 def test_a_link_planted_as_a_run_is_not_followed(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:

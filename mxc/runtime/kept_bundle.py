@@ -100,6 +100,9 @@ def in_store(run: RunDir, record: RunRecord, store: Store, quiet: bool = False) 
     """The run's bundle in the store, intact: put back there from the run's own copy when it left
     (or repaired when the store's copy is damaged); a UserError when neither copy is whole."""
     digest = record.bundle
+    if not integrity.valid_hash(digest) or not run.run_id.endswith("-" + digest[:8]):
+        raise UserError(f"record.json names bundle {digest[:16]!r}, not the one run {run.run_id} ran",
+                        "the record was changed: its id names the bundle")
     stored = store.bundles / digest
     problems = integrity.check(stored, digest) if os.path.lexists(stored) else None
     if problems == []:

@@ -48,13 +48,15 @@ def all_runs(home: Path) -> list[RunDir]:
 
 def read_record(run: RunDir) -> RunRecord:
     """The run's record, only when it validates and is this run's (its ``run_id`` is the directory's
-    name, its ``bundle`` the hash that name ends with); FileNotFoundError when there is none,
-    ValueError when it is not one (``RunRecord.load``) or another run's."""
+    name: a record copied from another run is not this one's; its ``bundle`` a sha256);
+    FileNotFoundError when there is none, ValueError when it is not one (``RunRecord.load``). Whether
+    the bundle it names is the one the run's id names is checked where the bundle is used
+    (mxc/runtime/kept_bundle.py): a record naming another bundle gets neither's files."""
     record = RunRecord.load(run.record)
     if record.run_id != run.run_id:
         raise ValueError(f"run_id: {record.run_id[:80]!r} is not this run's")
-    if not integrity.valid_hash(record.bundle) or not run.run_id.endswith("-" + record.bundle[:8]):
-        raise ValueError(f"bundle: {record.bundle[:80]!r} is not the bundle this run's id names")
+    if not integrity.valid_hash(record.bundle):
+        raise ValueError(f"bundle: {record.bundle[:80]!r} is not a bundle hash")
     return record
 
 
