@@ -107,9 +107,14 @@ class LocalBackend:
         # tells a live run from a lost one, and `mxc cancel` signals only this very process.
         record.supervisor = {"host": os.uname().nodename, **ProcessId.this_process().as_record()}
         record.tensorboard = tensorboard_of(request, run)
-        create_run_dir(run, record, request.bundle)
         scratch.sweep()  # what earlier runs killed without a chance to clean up left in /tmp/mxc-<uid>
-        registration = _register(run)
+        registration = _register(run)  # before the record names this process: `mxc cancel` never finds it unregistered
+        try:
+            create_run_dir(run, record, request.bundle)
+        except BaseException:
+            if registration is not None:
+                scratch.remove(registration)
+            raise
 
         watch = DeathWatch.start(run.path)  # if this process is SIGKILLed, the run's processes go too
         try:
