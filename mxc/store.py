@@ -37,7 +37,7 @@ class StoredBundle:
     hash: str
     path: Path
 
-    def _damaged(self, problem: str) -> UserError:
+    def damaged(self, problem: str) -> UserError:
         return UserError(f"bundle {self.hash[:12]} is damaged: {problem}", f"check it with: mxc verify {self.hash[:12]}")
 
     def files(self) -> dict[str, str]:
@@ -45,7 +45,7 @@ class StoredBundle:
         try:
             return integrity.read_manifest(self.path, self.hash)
         except integrity.BundleError as exc:
-            raise self._damaged(str(exc)) from None
+            raise self.damaged(str(exc)) from None
 
     def read(self, name: str) -> str:
         """A file's text, only if the manifest lists it and its bytes are the ones listed."""
@@ -54,17 +54,17 @@ class StoredBundle:
         try:
             return integrity.read_file(self.path, self.hash, name).decode("utf-8")
         except integrity.BundleError as exc:
-            raise self._damaged(str(exc)) from None
+            raise self.damaged(str(exc)) from None
         except UnicodeDecodeError:
-            raise self._damaged(f"{name}: not UTF-8 text") from None
+            raise self.damaged(f"{name}: not UTF-8 text") from None
 
     def spec(self) -> dict[str, Any]:
         try:
             data = loads(self.read("spec.json"))
         except ValueError as exc:
-            raise self._damaged(f"spec.json: {str(exc).splitlines()[0][:100]}") from None
+            raise self.damaged(f"spec.json: {str(exc).splitlines()[0][:100]}") from None
         if not isinstance(data, dict):
-            raise self._damaged("spec.json: not a JSON object")
+            raise self.damaged("spec.json: not a JSON object")
         return data
 
 
@@ -198,7 +198,7 @@ class Store:
         problems = self.verify(bundle)
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise bundle._damaged(problems[0] + more)
+            raise bundle.damaged(problems[0] + more)
 
 
 def _write_files(root: Path, files: dict[str, str]) -> None:

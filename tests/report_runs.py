@@ -19,21 +19,32 @@ from mxc.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "triage"
 DIVERGES_AT = 12
-BASE = "20261123-101240-5e8d-dcc0e846"  # the run id in the fixture's record
-OTHER = "20261123-111240-5e8d-0be2ace1"
-FAILED = "20261123-100533-2df4-160a04c7"
+# The start of each run's id: the rest is the short hash of the bundle made for it (``_spec``), as a
+# run id names its bundle. Unique prefixes: `mxc report BASE` and ``runs.find_run`` take them.
+BASE = "20261123-101240-5e8d"  # the fixture's own run started then
+OTHER = "20261123-111240-5e8d"
+FAILED = "20261123-100533-2df4"
 
 
-def _spec(home: Path, run: Path, spec: dict[str, Any]) -> None:
+def run_path(home: Path, stamp: str) -> Path:
+    """The run directory whose id starts with ``stamp``."""
+    (path,) = (home / "runs").glob(f"{stamp}-*")
+    return path
+
+
+def _spec(home: Path, run: Path, spec: dict[str, Any]) -> Path:
     """Store a real hash-addressed bundle holding ``spec`` (reports and compare read only verified
-    specs) and make the run's record name it."""
+    specs), make the run's record name it, and name the run after it; returns the run's new path."""
     files = {"spec.json": json.dumps(spec)}
     manifest = build_manifest(files, "test")
     bundle = bundle_hash(manifest)
     Store(home).put({**files, MANIFEST: manifest}, bundle)
-    record = _record(run)
-    record["bundle"] = bundle
-    (run / "record.json").write_text(json.dumps(record))
+    named = run.with_name(f"{run.name}-{bundle[:8]}")
+    run.rename(named)
+    record = _record(named)
+    record["bundle"], record["run_id"] = bundle, named.name
+    (named / "record.json").write_text(json.dumps(record))
+    return named
 
 
 def _record(run: Path) -> dict[str, Any]:
@@ -57,8 +68,7 @@ def base_run(home: Path) -> Path:
     shutil.copytree(FIXTURES / "succeeded_after_kill", run)
     _fill_steps(run)
     spec = {"name": "triage-probe", "model": {"overrides": {"learning_rate": 1e-4, "steps": 30}}}
-    _spec(home, run, spec)
-    return run
+    return _spec(home, run, spec)
 
 
 def other_run(home: Path, spec_note: str = "") -> Path:
@@ -67,11 +77,10 @@ def other_run(home: Path, spec_note: str = "") -> Path:
     shutil.copytree(FIXTURES / "succeeded_after_kill", run)
     _fill_steps(run)
     record = _record(run)
-    record["run_id"] = OTHER
     record["host"]["python"]["packages"]["jax"] = "0.12.1"
     (run / "record.json").write_text(json.dumps(record))
     spec = {"name": "triage-probe", "model": {"overrides": {"learning_rate": 2e-4, "steps": 30}}, "note": spec_note}
-    _spec(home, run, spec)
+    run = _spec(home, run, spec)
     lines = []
     for line in (run / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
@@ -87,8 +96,7 @@ def failed_run(home: Path) -> Path:
     """A real run that failed before its first step: MaxText refused an unknown override."""
     run = home / "runs" / FAILED
     shutil.copytree(FIXTURES / "config_error", run)
-    _spec(home, run, {"name": "triage-probe", "model": {"overrides": {"foo_bar": 1}}})
-    return run
+    return _spec(home, run, {"name": "triage-probe", "model": {"overrides": {"foo_bar": 1}}})
 
 
 def record_jax(run: Path) -> str:

@@ -5,6 +5,7 @@ call ``mxc runs`` makes: Slurm's state folded in, nothing written or submitted).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -14,6 +15,7 @@ from typing import Any
 from mxc.runtime import runs
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
+from mxc.runtime.runpaths import RunPaths
 from mxc.runtime.slurm.events import BATCH_ADAPTER, RANK_ADAPTER, read_events
 from tests.conftest import REPO, Mxc
 from tests.processes import run_processes
@@ -120,7 +122,8 @@ def stage_started(home: Path, run_id: str, stage: str, ranks: range = range(1)) 
 
 
 def checkpoints(home: Path, run_id: str) -> set[int]:
-    root = run_dir(home, run_id).output / run_id / "checkpoints"
+    """The steps checkpointed so far by a run of a bundle without checkpoint.dir."""
+    root = RunPaths(run_dir(home, run_id)).checkpoints
     if not root.is_dir():
         return set()
     return {int(p.name) for p in root.iterdir() if p.name.isdigit()}
@@ -129,6 +132,18 @@ def checkpoints(home: Path, run_id: str) -> set[int]:
 def processes_of(run: RunDir) -> list[int]:
     """Pids of processes started for this run (their environment names its run directory)."""
     return [pid for pid, _ in run_processes(run.path)]
+
+
+def path_without_scontrol(tmp_path: Path) -> str:
+    """A PATH (this venv, then every system tool but scontrol and scancel) for a job on compute nodes
+    that cannot requeue themselves: the job inherits it, leaves resubmit.request, and mxc resubmits."""
+    bare = tmp_path / "bin-without-scontrol"
+    bare.mkdir()
+    for directory in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for tool in Path(directory).iterdir():
+            if tool.name not in ("scontrol", "scancel") and not (bare / tool.name).exists():
+                (bare / tool.name).symlink_to(tool)
+    return f"{Path(sys.executable).parent}:{bare}"
 
 
 def leave_little_time(cluster: SlurmCluster, job_id: str) -> int:

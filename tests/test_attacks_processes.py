@@ -430,7 +430,7 @@ def test_watch_refuses_to_resubmit_a_damaged_bundle(mxc: Mxc, mxc_home: Path, tm
     before = (run / "record.json").read_bytes()
     out = mxc("watch", "--once", run.name, env={"PATH": str(fake_slurm)})
     assert out.returncode == 1
-    assert f"mxc: error: run {run.name}: bundle {digest[:12]} is damaged (job.sbatch: changed" in out.stderr
+    assert f"mxc: error: run {run.name}: bundle {digest[:12]} is damaged: job.sbatch: changed" in out.stderr
     assert sbatch_calls(fake_slurm) == [] and (run / "record.json").read_bytes() == before
 
 

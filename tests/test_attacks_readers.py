@@ -20,6 +20,7 @@ import pytest
 from mxc.errors import UserError
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
+from mxc.store import Store
 from tests.conftest import REPO, Mxc, store_snapshot
 
 TINY = str(REPO / "specs/tiny.yaml")
@@ -57,6 +58,12 @@ def _live(run: Path, fifo_log: bool) -> None:
         _replace_with_fifo(run / "train.log")
 
 
+def _bundle_of(run: Path) -> str:
+    """The bundle the run's sane record names (a record naming another bundle than its id is unreadable)."""
+    bundle: str = json.loads((run / "record.json").read_text())["bundle"]
+    return bundle
+
+
 def _rank(run: Path) -> Path:
     (run / "ranks" / "0").mkdir(parents=True, exist_ok=True)
     return run / "ranks" / "0"
@@ -71,7 +78,7 @@ HOSTILE: dict[str, Callable[[Path], object]] = {
     "record.json has a lone surrogate": lambda run: (run / "record.json").write_text(
         _record(run.name, "0" * 64, spec_name="\ud800x")),
     "record.json has misshapen facts": lambda run: (run / "record.json").write_text(_record(
-        run.name, "0" * 64, host={"cpu": 5, "python": []}, image={"container": [1]}, status="running", final=False,
+        run.name, _bundle_of(run), host={"cpu": 5, "python": []}, image={"container": [1]}, status="running", final=False,
         ended=None, supervisor={"pid": 10**30, "host": os.uname().nodename})),
     "train.log is a FIFO": lambda run: _replace_with_fifo(run / "train.log"),
     "a live run's train.log is a FIFO": lambda run: _live(run, fifo_log=True),
@@ -142,7 +149,7 @@ def test_every_reader_survives_every_hostile_run_directory(hostile_home: tuple[P
         runs_mod.live_progress(run, record)
         runs_mod.shown_status(record)
         gather(run, record, with_tsdb=False).summary()
-        compare_runs(home / "bundles", (runs["sane"], sane), (run, record))
+        compare_runs(Store(home), (runs["sane"], sane), (run, record))
         write_merged(run.metrics_parts, run.path / "merged.jsonl")
     assert unreadable == {name for name in HOSTILE if name.startswith("record.json is")} | {
         "record.json has a lone surrogate"}

@@ -15,7 +15,7 @@ from mxc.runtime import backends, runs
 from mxc.runtime.backends import Backend, Plan, RunRequest, get_backend
 from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir, new_run_id
-from tests.conftest import Mxc
+from tests.conftest import REPO, Mxc
 
 BUNDLE = "ab" * 32
 CALLS: list[tuple[str, str]] = []  # (method, run id) the fake backend was asked
@@ -32,7 +32,7 @@ class FakeBackend:
 
     def submit(self, request: RunRequest, plan: Plan) -> RunRecord:
         record = backends.first_record(request, plan, "queued")
-        backends.create_run_dir(plan.run_dir, record)
+        backends.create_run_dir(plan.run_dir, record, request.bundle)
         return record
 
     def status(self, run: RunDir) -> RunRecord:
@@ -96,8 +96,12 @@ def test_a_third_backend_is_one_class(mxc_home: Path, monkeypatch: pytest.Monkey
     backend = get_backend("fake")
     assert isinstance(backend, FakeBackend)
 
-    # submit: the shared helpers give it a run directory and a first record like every backend's
-    bundle = type("Bundle", (), {"hash": BUNDLE, "path": mxc_home / "bundles" / BUNDLE})()
+    # submit: the shared helpers give it a run directory with its bundle and a first record like every backend's
+    from mxc.build import compile_file
+    from mxc.store import Store
+
+    compiled = compile_file(str(REPO / "specs" / "tiny.yaml"))
+    bundle, _ = Store(mxc_home).put(compiled.files, compiled.hash)
     request = RunRequest(home=mxc_home, bundle=bundle, spec={}, labels=("third",))
     monkeypatch.setattr(RunRequest, "spec_name", property(lambda self: "fake-spec"))
     plan = backend.plan(request)
@@ -106,7 +110,8 @@ def test_a_third_backend_is_one_class(mxc_home: Path, monkeypatch: pytest.Monkey
     assert run.path.parent == mxc_home / "runs"
     saved = RunRecord.load(run.record)
     assert (saved.backend, saved.status, saved.labels, saved.spec_name) == ("fake", "queued", ["third"], "fake-spec")
-    assert saved.run_id == record.run_id == run.run_id and run.run_id.endswith(BUNDLE[:8])
+    assert saved.run_id == record.run_id == run.run_id and run.run_id.endswith(bundle.hash[:8])
+    assert (run.path / "bundle" / "manifest.json").is_file()
 
     # status: the readers ask the backend (a pure read: record.json keeps "queued")
     assert runs.current(run).status == "running"

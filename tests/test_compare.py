@@ -21,6 +21,7 @@ import yaml
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.triage.compare import Series, compare_runs, loss_diff, same
+from mxc.store import Store
 from tests.conftest import REPO, Mxc, copy_specs
 
 TINY = REPO / "specs" / "tiny.yaml"
@@ -57,7 +58,8 @@ def test_step_time_skips_warmup() -> None:
     assert s.median_step_time() == 0.2
 
 
-def _fake_run(home: Path, run_id: str, spec: dict[str, Any], losses: list[float], host: dict[str, Any]) -> RunDir:
+def _fake_run(home: Path, stamp: str, spec: dict[str, Any], losses: list[float], host: dict[str, Any]) -> RunDir:
+    """A run ``<stamp>-<bundle prefix>`` of a real bundle holding ``spec``, with a record and metrics."""
     from mxc.compiler.manifest import build_manifest, bundle_hash
     from mxc.store import Store
 
@@ -65,6 +67,7 @@ def _fake_run(home: Path, run_id: str, spec: dict[str, Any], losses: list[float]
     manifest = build_manifest(files, "test")
     bundle = bundle_hash(manifest)
     Store(home).put({**files, "manifest.json": manifest}, bundle)
+    run_id = f"{stamp}-{bundle[:8]}"
     run = RunDir(home / "runs" / run_id)
     run.path.mkdir(parents=True)
     RunRecord(run_id=run_id, bundle=bundle, spec_name="t", backend="local", status="succeeded", final=True,
@@ -78,10 +81,10 @@ def test_compare_runs_reports_spec_and_environment(tmp_path: Path) -> None:
     host_a = {"hostname": "n1", "cpu": {"model": "X", "count": 8}, "gpus": [],
               "python": {"version": "3.12.1", "all_packages": {"jax": "0.12.0", "numpy": "2.5"}}}
     host_b = {**host_a, "hostname": "n2", "python": {"version": "3.12.1", "all_packages": {"jax": "0.12.1", "numpy": "2.5"}}}
-    a = _fake_run(tmp_path, "20260101-000000-0000-aaaaaaaa", {"model": {"overrides": {"steps": 3}}}, [6.0, 5.0, 4.0], host_a)
-    b = _fake_run(tmp_path, "20260101-000001-0000-bbbbbbbb", {"model": {"overrides": {"steps": 4}}}, [6.0, 5.5, 4.0, 3.0],
+    a = _fake_run(tmp_path, "20260101-000000-0000", {"model": {"overrides": {"steps": 3}}}, [6.0, 5.0, 4.0], host_a)
+    b = _fake_run(tmp_path, "20260101-000001-0000", {"model": {"overrides": {"steps": 4}}}, [6.0, 5.5, 4.0, 3.0],
                   host_b)
-    result = compare_runs(tmp_path / "bundles", (a, RunRecord.load(a.record)), (b, RunRecord.load(b.record)))
+    result = compare_runs(Store(tmp_path), (a, RunRecord.load(a.record)), (b, RunRecord.load(b.record)))
     assert [(c.key, c.old, c.new) for c in result.spec_changes] == [("model.overrides.steps", 3, 4)]
     drift = {d.what: (d.recorded, d.now, d.significant) for d in result.drift}
     assert drift["jax"] == ("0.12.0", "0.12.1", True) and drift["hostname"] == ("n1", "n2", False)
@@ -164,10 +167,10 @@ def test_another_learning_rate_diverges(three_runs: tuple[Path, str, str, str], 
 
 
 def test_compare_refuses_bad_input(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
-    a = _fake_run(mxc_home, "20260101-000000-0000-aaaaaaaa", {"x": 1}, [1.0], {})
+    a = _fake_run(mxc_home, "20260101-000000-0000", {"x": 1}, [1.0], {})
     out = mxc("compare", a.run_id, a.run_id)
     assert out.returncode == 2 and "name the same run" in out.stderr and len(out.stderr.splitlines()) == 1
-    b = _fake_run(mxc_home, "20260101-000001-0000-bbbbbbbb", {"x": 1}, [1.0], {})
+    b = _fake_run(mxc_home, "20260101-000001-0000", {"x": 1}, [1.0], {})
     out = mxc("compare", a.run_id, b.run_id, "-o", str(tmp_path / "plot.svg"))
     assert out.returncode == 2 and "*.png" in out.stderr
     out = mxc("compare", a.run_id, "nosuch")

@@ -21,6 +21,7 @@ import pytest
 from mxc.node import container, envmerge, layout
 from mxc.node.contract import RunContract, parse
 from mxc.node.imagecache import ImageError
+from mxc.store import Store
 from tests.conftest import Mxc
 from tests.test_images import podman, podman_env
 
@@ -332,9 +333,10 @@ def test_compare_shows_where_the_training_environment_differed(tmp_path: Path) -
     from tests.test_compare import _fake_run
 
     runs = []
-    for run_id, image_flags, ib in [("20260101-000000-0000-aaaaaaaa", "--xla_image=1", "mlx5_0"),
-                                    ("20260101-000001-0000-bbbbbbbb", "--xla_image=2", None)]:
-        run = _fake_run(tmp_path, run_id, {"model": {"overrides": {"steps": 3}}}, [6.0, 5.0, 4.0], {})
+    for stamp, image_flags, ib in [("20260101-000000-0000", "--xla_image=1", "mlx5_0"),
+                                   ("20260101-000001-0000", "--xla_image=2", None)]:
+        run = _fake_run(tmp_path, stamp, {"model": {"overrides": {"steps": 3}}}, [6.0, 5.0, 4.0], {})
+        run_id = run.run_id
         record = RunRecord.load(run.record)
         env = {"MXC_RUN_DIR": str(run.path), "XLA_FLAGS": f"{image_flags} --xla_dump_to={run.path}/xla-dump",
                "JAX_COORDINATOR_ADDRESS": f"{run_id}:1234", "NCCL_DEBUG": "WARN", **({"NCCL_IB_HCA": ib} if ib else {})}
@@ -343,7 +345,7 @@ def test_compare_shows_where_the_training_environment_differed(tmp_path: Path) -
         run.record.unlink()
         record.save(run.record)
         runs.append((run, record))
-    result = compare_runs(tmp_path / "bundles", runs[0], runs[1])
+    result = compare_runs(Store(tmp_path), runs[0], runs[1])
     drift = {d.what: (d.recorded, d.now) for d in result.drift if d.what.startswith("training env")}
     # The run directories and per-run variables are no difference; the image's flag and a detected HCA are.
     assert drift == {"training env XLA_FLAGS": ("--xla_image=1 --xla_dump_to={run_dir}/xla-dump",

@@ -230,16 +230,16 @@ def test_rm_checks_every_name_before_removing_any(mxc: Mxc, mxc_home: Path) -> N
 
 def test_a_runs_checkpoints_outside_its_directory_go_with_it(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
     """With `checkpoint.dir`, a run's output is <dir>/<run-id>: removing the run removes that too,
-    and nothing else in <dir>."""
-    digest = build(mxc)
+    and nothing else in <dir>. Where it is comes from the bundle's contract, not from the record."""
     shared = tmp_path / "shared-checkpoints"
+    digest = build(mxc, f"checkpoint.dir={shared}")
     run_id = f"20200101-000000-aaaa-{digest[:8]}"
     outside = shared / run_id
     (outside / "checkpoints" / "10").mkdir(parents=True)
     (outside / "checkpoints" / "10" / "state").write_bytes(b"c" * 4000)
     neighbour = shared / f"20200101-000000-bbbb-{digest[:8]}"
     neighbour.mkdir()
-    run = make_run(mxc_home, "aaaa", digest, tensorboard=str(outside / "tensorboard" / run_id))
+    run = make_run(mxc_home, "aaaa", digest)
     data = gc_json(mxc, "--status", "succeeded")
     assert [i["paths"] for i in data["items"]] == [[str(run), str(outside)]] and data["bytes"] >= 5000
     out = mxc("rm", run.name)

@@ -23,6 +23,7 @@ from mxc.runtime.observe.tsdb import last_values, open_tsdb
 from mxc.runtime.processes.procfs import pid_alive
 from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
+from mxc.runtime.runpaths import RunPaths
 from mxc.store import Store
 from tests.conftest import REPO
 
@@ -51,7 +52,7 @@ def supervise(tmp_path: Path, restarts: int, py_spy: bool = True, sets: tuple[st
         path.insert(0, str(Path(sys.executable).parent))  # where the venv's py-spy is
     else:
         path = [p for p in path if not (Path(p) / "py-spy").exists()]
-    run = RunDir(tmp_path / "home" / "runs" / "20260101-000000-beef-00000000")
+    run = RunDir(tmp_path / "home" / "runs" / f"20260101-000000-beef-{stored.hash[:8]}")
     run.path.mkdir(parents=True)
     argv = ["bash", str(stored.path / "entrypoint.sh")]
     record = RunRecord(run_id=run.run_id, bundle=stored.hash, spec_name="tiny", backend="local", status="starting",
@@ -60,7 +61,7 @@ def supervise(tmp_path: Path, restarts: int, py_spy: bool = True, sets: tuple[st
     env = {**os.environ, "PATH": os.pathsep.join(path), "MXC_RUN_DIR": str(run.path), "MXC_BUNDLE_DIR": str(stored.path),
            "MXC_PYTHON": str(python), "MXCTEST_TRAINER": trainer}
     config = SupervisorConfig(argv=argv, env=env, cwd=run.path, restart=contract.restart, total_steps=None,
-                              checkpoints=run.output / run.run_id / "checkpoints", grace_seconds=5)
+                              checkpoints=RunPaths(run).checkpoints, grace_seconds=5)
     if not contract.observability.enabled:
         return run, Supervisor(run, record, config, LocalLauncher()).run_to_end()
     observer = Observability(contract.observability, contract.name)

@@ -166,8 +166,11 @@ def test_report_renders_one_run_and_two_side_by_side(home: Home, run: Path, tmp_
     out = home.cli("report", run.name, "-o", str(png))
     assert out.returncode == 0, out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 50_000
-    twin = run.parent / (run.name[:-8] + "ffffffff")  # a second run to compare with (same data, new id)
+    # a second run of the same bundle to compare with: the same data under a new id, its record its own
+    twin = run.parent / f"{run.name[:16]}{'ffff' if run.name[16:20] != 'ffff' else 'eeee'}{run.name[20:]}"
     shutil.copytree(run, twin, symlinks=True)
+    record = json.loads((twin / "record.json").read_text())
+    (twin / "record.json").write_text(json.dumps({**record, "run_id": twin.name}))
     try:
         page = tmp_path / "compare.html"
         summary = home.json("report", run.name, twin.name, "-o", str(page))

@@ -25,6 +25,7 @@ from mxc.runtime.local.supervisor import Supervisor, SupervisorConfig
 from mxc.runtime.observe.observer import Observability
 from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
+from mxc.runtime.runpaths import RunPaths
 from mxc.store import Store
 from tests.conftest import REPO
 
@@ -66,7 +67,7 @@ def test_training_starts_while_prometheus_is_still_starting(tmp_path: Path) -> N
     prometheus.write_text(SLOW_PROMETHEUS.format(gate=gate))
     for tool in (python, prometheus):
         tool.chmod(0o755)
-    run = RunDir(tmp_path / "home" / "runs" / "20260101-000000-f00d-00000000")
+    run = RunDir(tmp_path / "home" / "runs" / f"20260101-000000-f00d-{stored.hash[:8]}")
     run.path.mkdir(parents=True)
     argv = ["bash", str(stored.path / "entrypoint.sh")]
     record = RunRecord(run_id=run.run_id, bundle=stored.hash, spec_name="tiny", backend="local", status="starting",
@@ -76,7 +77,7 @@ def test_training_starts_while_prometheus_is_still_starting(tmp_path: Path) -> N
     env = {**os.environ, "PATH": path, "MXC_RUN_DIR": str(run.path), "MXC_BUNDLE_DIR": str(stored.path),
            "MXC_PYTHON": str(python), "MXCTEST_TRAINER": "*=steps"}
     config = SupervisorConfig(argv=argv, env=env, cwd=run.path, restart=contract.restart, total_steps=None,
-                              checkpoints=run.output / run.run_id / "checkpoints", grace_seconds=5)
+                              checkpoints=RunPaths(run).checkpoints, grace_seconds=5)
     observer = Observability(contract.observability, contract.name, bundle_dir=stored.path)
     finals: list[RunRecord] = []
     old_path = os.environ["PATH"]

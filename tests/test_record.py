@@ -13,12 +13,13 @@ from mxc.runtime.record import RECORD_VERSION, RunRecord, SlurmState
 from tests.conftest import Mxc
 
 FIXTURES = Path(__file__).parent / "fixtures"
-V1_RECORDS = sorted([*FIXTURES.glob("runs/*/*/record.json"), *FIXTURES.glob("triage/*/record.json")])
+RECORDED = sorted([*FIXTURES.glob("runs/*/*/record.json"), *FIXTURES.glob("triage/*/record.json")])
+# Fixtures recorded before the v2 record (later ones, e.g. triage/device_oom_cpu, are v2 already).
+V1_RECORDS = [p for p in RECORDED if json.loads(p.read_text())["format"] == "mxc-run/v1"]
 
 
 def test_there_are_v1_records_to_read() -> None:
     assert len(V1_RECORDS) >= 10
-    assert {json.loads(p.read_text())["format"] for p in V1_RECORDS} == {"mxc-run/v1"}
 
 
 @pytest.mark.parametrize("path", V1_RECORDS, ids=lambda p: p.parent.name)

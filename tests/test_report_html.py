@@ -29,6 +29,7 @@ from mxc.report.page import embed_json, render
 from mxc.report.plots import MAX_POINTS, align, step_panels, thin, time_panels
 from mxc.runtime import runs
 from mxc.runtime.triage import classify
+from mxc.store import Store
 from tests import report_runs
 from tests.browser import open_page, screenshot
 from tests.conftest import Mxc, store_snapshot
@@ -102,7 +103,7 @@ def test_a_long_run_is_thinned_to_bucket_means() -> None:
 
 
 def test_step_panels_mark_restarts_divergence_and_keep_compile_steps_off_the_axis(three: Path) -> None:
-    report = collect(_found(three, report_runs.BASE, report_runs.OTHER), three / "bundles", with_tsdb=False)
+    report = collect(_found(three, report_runs.BASE, report_runs.OTHER), Store(three), with_tsdb=False)
     panels = {p.id: p for p in step_panels(report.runs, report.comparisons)}
     assert list(panels) == STEP_PANELS
     loss = panels["loss"]
@@ -119,7 +120,7 @@ def test_step_panels_mark_restarts_divergence_and_keep_compile_steps_off_the_axi
 
 
 def test_time_panels_have_host_and_per_gpu_series_with_training_shaded(three: Path) -> None:
-    [data] = collect(_found(three, report_runs.BASE), three / "bundles", with_tsdb=False).runs
+    [data] = collect(_found(three, report_runs.BASE), Store(three), with_tsdb=False).runs
     data.host = {"cpu": [(0.0, 50.0), (10.0, 99.5)], "memory": [(0.0, 1.5), (10.0, 2.0)]}
     data.gpu = {"GPU utilization (%)": {"0": [(0.0, 90.0)], "1": [(0.0, 80.0)]}}
     data.training_spans, data.restarts_at_time = [(2.0, 8.0)], [5.0]
@@ -133,7 +134,7 @@ def test_time_panels_have_host_and_per_gpu_series_with_training_shaded(three: Pa
 
 
 def test_a_million_steps_reach_the_page_as_a_few_thousand_points(three: Path) -> None:
-    [data] = collect(_found(three, report_runs.BASE), three / "bundles", with_tsdb=False).runs
+    [data] = collect(_found(three, report_runs.BASE), Store(three), with_tsdb=False).runs
     data.steps = list(range(1_000_000))
     data.values = {key: [6.0 - s * 1e-6 for s in data.steps] for key in data.values}
     loss = step_panels([data], [])[0]
@@ -162,7 +163,7 @@ def _sha(text: str) -> str:
 
 
 def test_the_page_needs_no_network_and_runs_only_its_own_scripts(three: Path) -> None:
-    report = collect(_found(three, report_runs.BASE, report_runs.OTHER, report_runs.FAILED), three / "bundles")
+    report = collect(_found(three, report_runs.BASE, report_runs.OTHER, report_runs.FAILED), Store(three))
     page = render(report)
     scripts = re.findall(r"<script>(.*?)</script>", page, re.S)
     styles = re.findall(r"<style>(.*?)</style>", page, re.S)
@@ -208,13 +209,13 @@ def test_the_headline_says_how_a_run_ended_before_its_first_step(three: Path) ->
 
 def test_log_lines_and_spec_values_stay_text(three: Path, tmp_path: Path) -> None:
     evil = "</script><script>document.title='owned'</script><img src=x onerror=alert(1)><!--"
-    shutil.rmtree(three / "runs" / report_runs.OTHER)
+    shutil.rmtree(report_runs.run_path(three, report_runs.OTHER))
     report_runs.other_run(three, spec_note=evil)
-    failed = three / "runs" / report_runs.FAILED
+    failed = report_runs.run_path(three, report_runs.FAILED)
     log = failed / "train.log"
     log.write_text(log.read_text().replace("MAXTEXT CONFIG ERROR: 'foo_bar'", f"MAXTEXT CONFIG ERROR: '{evil}'"))
     assert classify(failed).cause == "config_error"
-    report = collect(_found(three, report_runs.BASE, report_runs.OTHER, report_runs.FAILED), three / "bundles")
+    report = collect(_found(three, report_runs.BASE, report_runs.OTHER, report_runs.FAILED), Store(three))
     page = render(report)
     assert "<img src=x" not in page and "document.title='owned'</script>" not in page
     assert page.count("<script") == 4 and page.count("</script>") == 4
@@ -227,7 +228,7 @@ def test_log_lines_and_spec_values_stay_text(three: Path, tmp_path: Path) -> Non
 
 
 def test_a_mangled_run_directory_still_gets_a_report(three: Path, mxc: Mxc, tmp_path: Path) -> None:
-    failed = three / "runs" / report_runs.FAILED
+    failed = report_runs.run_path(three, report_runs.FAILED)
     with (failed / "ranks" / "0" / "events.jsonl").open("a") as fh:  # lines the node program never writes
         fh.write('{"event": "stage_end", "stage": "x", "rc": "--5"}\n{"event": "stage_end"}\nnot json\n'
                  '{"event": "stage_end", "time": 1, "job_id": "", "attempt": 0, "rank": 0, "node": "vm", "stage": "'

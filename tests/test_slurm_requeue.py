@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from tests.slurm_jobs import (
     batch_events,
     build,
     leave_little_time,
+    path_without_scontrol,
     processes_of,
     record,
     run_dir,
@@ -135,14 +135,7 @@ def test_without_scontrol_on_the_nodes_mxc_resubmits(mxc: Mxc, mxc_home: Path, s
     """A PATH without scontrol and scancel (the job inherits it): USR2 reaches training through
     srun, the job leaves resubmit.request; reads only show the request, `mxc watch --once`
     resubmits into the same run."""
-    bare = tmp_path / "bin"
-    bare.mkdir()
-    for directory in ("/usr/local/bin", "/usr/bin", "/bin"):
-        for tool in Path(directory).iterdir():
-            if tool.name not in ("scontrol", "scancel") and not (bare / tool.name).exists():
-                (bare / tool.name).symlink_to(tool)
-    venv_bin = Path(sys.executable).parent
-    path = f"{venv_bin}:{bare}"
+    path = path_without_scontrol(tmp_path)
     run_id = submit(mxc, build(mxc, *slurm_sets(slurm_cluster, nodes=1, **{"restart.max": 1})), env={"PATH": path})
     run = run_dir(mxc_home, run_id)
     training_started(mxc_home, run_id)

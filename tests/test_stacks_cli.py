@@ -67,7 +67,8 @@ def test_stacks_of_a_live_run_then_it_goes_on(tmp_path: Path) -> None:
 def _fake_run(home: Path, run_id: str, **record: object) -> Path:
     run = home / "runs" / run_id
     run.mkdir(parents=True)
-    data = {"run_id": run_id, "bundle": "ab" * 32, "spec_name": "tiny", "backend": "local", "status": "running",
+    # the bundle its id names (a record naming another one is not this run's)
+    data = {"run_id": run_id, "bundle": run_id[-8:] * 8, "spec_name": "tiny", "backend": "local", "status": "running",
             "started": "2026-01-01T00:00:00.000Z", **record}
     (run / "record.json").write_text(json.dumps(data))
     return run

@@ -30,9 +30,20 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+def shown(text: object) -> str:
+    """Text from a run, a record or a bundle as it may reach a terminal: every control character
+    (escape sequences, newlines, bidi overrides) written visibly (``\\x1b``), since a record in a
+    shared runs root may have been written by anyone (docs/security.md#a-shared-runs-root)."""
+    from mxc.compiler.errors import printable
+
+    return printable(str(text))
+
+
 def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+    """Aligned columns; every cell ``shown`` (one line, no terminal escapes)."""
+    cells = [[shown(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines)
 
 

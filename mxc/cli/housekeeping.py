@@ -60,24 +60,29 @@ def _policy(args: argparse.Namespace) -> Any:
 
 def _gc(args: argparse.Namespace) -> int:
     from mxc.runtime import gc
+    from mxc.runtime.runpaths import Roots
 
     policy = _policy(args)
-    home = store().home
+    roots = Roots.of(store().home)
     if args.yes:
-        gc.sweep_leftovers(home)
-    items = gc.plan(gc.Inventory.scan(home), policy, time.time())
-    done, problems = (_remove(items, home) if args.yes else ([], []))
+        gc.sweep_leftovers(roots)
+    inventory = gc.Inventory.scan(roots)
+    items = gc.plan(inventory, policy, time.time())
+    done, problems = (_remove(items, roots) if args.yes else ([], []))
     total = sum(i.size for i in items)
+    others = sorted(s.run.run_id for s in inventory.others)
     if args.json:
         print_json({"removed": args.yes, "bytes": total, "items": [i.as_dict() for i in items],
-                    "problems": problems})
+                    "problems": problems, "other_users_runs": others})
         return 1 if problems else 0
+    if others:
+        print(f"mxc gc: {len(others)} run(s) of other users left alone (mxc acts only on your own)", file=sys.stderr)
     if not items:
         print("mxc gc: nothing to remove", file=sys.stderr)
         return 0
-    rows = [[i.kind, i.name if i.kind != "bundle" else i.name[:12], _when(i.when), gc.human_bytes(i.size), i.why]
-            for i in items]
-    print(table(rows, ["KIND", "NAME", "LAST USED", "SIZE", "WHY"]))
+    rows = [[i.kind, i.name if i.kind != "bundle" else i.name[:12], _when(i.when), gc.human_bytes(i.size), i.why,
+             _paths(i)] for i in items]
+    print(table(rows, ["KIND", "NAME", "LAST USED", "SIZE", "WHY", "PATHS"]))
     counts = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind in ("run", "bundle", "code", "image")
                        if (n := sum(1 for i in items if i.kind == kind)))
     if args.yes:
@@ -91,13 +96,20 @@ def _gc(args: argparse.Namespace) -> int:
     return 0
 
 
-def _remove(items: list[Any], home: Path) -> tuple[list[Any], list[str]]:
+def _paths(item: Any) -> str:
+    """Every path an item's removal removes, as a shell would quote it (``mxc gc`` lists them all)."""
+    import shlex
+
+    return " ".join(shlex.quote(str(p)) for p in item.paths)
+
+
+def _remove(items: list[Any], roots: Any) -> tuple[list[Any], list[str]]:
     """Remove each item still removable now; what went, and one line per item that did not."""
     from mxc.runtime import gc
 
     done, problems = [], []
     for item in items:
-        why_not = gc.still_removable(item, home)
+        why_not = gc.still_removable(item, roots)
         if why_not:
             problems.append(why_not)
             continue
@@ -107,7 +119,7 @@ def _remove(items: list[Any], home: Path) -> tuple[list[Any], list[str]]:
             problems.append(f"{item.kind} {item.name}: {exc}")
             continue
         done.append(item)
-    _forget_last_build(home, {i.name for i in done if i.kind == "bundle"})
+    _forget_last_build(roots.home, {i.name for i in done if i.kind == "bundle"})
     return done, problems
 
 
@@ -130,10 +142,11 @@ def _when(epoch: float) -> str:
 def _rm(args: argparse.Namespace) -> int:
     from mxc.errors import UserError
     from mxc.runtime import gc, runs
+    from mxc.runtime.runpaths import Roots
 
     st = store()
-    home = st.home
-    states = [gc.run_state(r) for r in runs.all_runs(home)]
+    roots = Roots.of(st.home)
+    states = [gc.run_state(r, roots) for r in runs.all_runs(roots.home)]
     items: list[Any] = []
     for ref in args.refs:  # every name checked before anything is removed
         ref = ref.strip()
@@ -149,11 +162,11 @@ def _rm(args: argparse.Namespace) -> int:
             raise UserError(f"'{ref}' is ambiguous: {len(names)} match ({', '.join(names[:5])})", "give more characters")
         if matched_runs:
             state = matched_runs[0]
+            runs.require_own(state.run, "remove")
             if state.live:
                 raise UserError(f"run {state.run.run_id} is live ({state.status}): cancel it first",
                                 f"mxc cancel {state.run.run_id}")
-            paths = (state.run.path, *state.outside)
-            items.append(gc.Item("run", state.run.run_id, paths, state.when, "named", gc.size_of(paths)))
+            items.append(gc.Item("run", state.run.run_id, state.paths, state.when, "named", gc.size_of(state.paths)))
         elif bundles:
             user = gc.protected_bundle(bundles[0], states)
             if user is not None:
@@ -164,12 +177,12 @@ def _rm(args: argparse.Namespace) -> int:
         else:
             raise UserError(f"no run or bundle matches '{ref}'", "list them with: mxc runs, mxc ls")
     unique = list({(i.kind, i.name): i for i in items}.values())
-    done, problems = _remove(unique, home)
+    done, problems = _remove(unique, roots)
     if args.json:
         print_json({"removed": [i.as_dict() for i in done], "problems": problems})
     else:
         for item in done:
-            print(f"removed {item.kind} {item.name} ({gc.human_bytes(item.size)})")
+            print(f"removed {item.kind} {item.name} ({gc.human_bytes(item.size)}): {_paths(item)}")
         for problem in problems:
             print(f"mxc rm: not removed: {problem}", file=sys.stderr)
     return 1 if problems else 0

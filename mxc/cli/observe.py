@@ -149,7 +149,7 @@ def _report(args: argparse.Namespace) -> int:
         raise UserError(f"{output}: the report is .html or .png")
     from mxc.report import collect, write_report
 
-    report = collect(found, store().bundles, with_tsdb=not args.no_tsdb)
+    report = collect(found, store(), with_tsdb=not args.no_tsdb)
     if output.suffix.lower() == ".png" and not any(d.steps for d in report.runs):
         raise UserError("no per-step metrics in " + ", ".join(d.run.run_id for d in report.runs) + " to draw",
                         f"the HTML report says what happened: mxc report {found[0][0].run_id} -o report.html")
@@ -183,8 +183,8 @@ def _dashboard(args: argparse.Namespace) -> int:
         with open_tsdb(run, record, bind=args.bind) as tsdb, tempfile.TemporaryDirectory(prefix="mxc-dashboard-") as tmp:
             urls = {"prometheus": _graph_url(tsdb.url, tsdb.window.start, tsdb.window.end)}
             if not args.no_tensorboard:
-                logdir = Path(record.tensorboard) if record.tensorboard else run.tensorboard()
-                port = free_ports(args.bind, _tensorboard_port(record), 1)[0]
+                logdir = _tensorboard_dir(run, record)
+                port = free_ports(args.bind, _tensorboard_port(run, record), 1)[0]
                 log = open(Path(tmp) / "tensorboard.log", "wb")  # noqa: SIM115  # kept open while it runs
                 tensorboard = subprocess.Popen(
                     [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", args.bind,
@@ -219,13 +219,26 @@ def _dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tensorboard_port(record: Any) -> int:
-    with contextlib.suppress(Exception):
-        from mxc.runtime.contract import load as load_contract
-        from mxc.store import Store
+def _tensorboard_dir(run: Any, record: Any) -> Path:
+    """The run's TensorBoard events, where its bundle's contract puts them (mxc/runtime/runpaths.py;
+    never a path from record.json), and only inside the run's own trees."""
+    import os
 
-        return load_contract(Store(store().home).get(record.bundle)).observability.tensorboard_port
-    return 6006
+    from mxc.errors import UserError
+    from mxc.runtime import runpaths
+
+    paths = runpaths.of_run(run, record, store())
+    if os.path.lexists(paths.tensorboard) and not paths.holds(paths.tensorboard):
+        raise UserError(f"run {run.run_id}: its TensorBoard directory {paths.tensorboard} leads outside the run's trees",
+                        "not serving it; mxc dashboard --no-tensorboard serves Prometheus only")
+    return paths.tensorboard
+
+
+def _tensorboard_port(run: Any, record: Any) -> int:
+    from mxc.runtime import kept_bundle
+
+    contract = kept_bundle.contract_of(run, record, store())
+    return contract.observability.tensorboard_port if contract is not None else 6006
 
 
 def _graph_url(base: str, start: float, end: float) -> str:

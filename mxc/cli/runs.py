@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mxc.cli.common import add_command, add_json, print_json, store, table
+from mxc.cli.common import add_command, add_json, print_json, shown, store, table
 from mxc.fsutil import open_regular
 
 LOG_CHUNK = 1 << 24  # bytes of a log read at a time (a huge log is printed in pieces, never all in memory)
@@ -132,10 +132,12 @@ def _rerun(args: argparse.Namespace) -> int:
         refs.check_label(name)
     st = store()
     ref = runs.resolve(st.home, args.ref, st.hashes())
-    if not (st.bundles / ref.bundle).is_dir():
-        raise UserError(f"bundle {ref.bundle[:12]} of run {ref.run.run_id if ref.run else '?'} is not in the store",
-                        f"rebuild it from its spec; {st.bundles} no longer has it")
-    bundle = st.get(ref.bundle)
+    if ref.run is not None:  # its bundle from the store, put back from the run's own copy if it left
+        from mxc.runtime import kept_bundle
+
+        bundle = kept_bundle.in_store(ref.run, runs.load(ref.run), st, quiet=args.quiet)
+    else:
+        bundle = st.get(ref.bundle)
     st.require_intact(bundle)  # before anything of it is read: the spec, the lock, the scripts
     from mxc.runtime.contract import load as load_contract
 
@@ -149,7 +151,7 @@ def _rerun(args: argparse.Namespace) -> int:
     if old.resumed_from:  # the same start too: a rerun of a resumed run resumes from the same checkpoint
         from mxc.runtime import resume as resuming
 
-        resume = resuming.recorded(old.run_id, old.resumed_from)
+        resume = resuming.recorded(st.home, old.run_id, old.resumed_from)
     expected = _expected_losses(old, ref.run) if args.verify else None
     native = contract.container.kind == "native"
     host = hostfacts.collect(training_python(contract) if native else None)
@@ -358,8 +360,8 @@ def _summary(record: Any, path: Path) -> str:
         compiled = f", compile {record.compile_s:.1f}s" if record.compile_s is not None else ""
         startup = f", first step after {record.time_to_first_step_s:.1f}s{compiled}"
     code = f" (exit {record.exit_code})" if record.status == "failed" and record.exit_code is not None else ""
-    message = f"\nmxc: {record.message}" if record.message else ""  # a succeeded run's: a note (exit_grace)
-    return f"mxc: run {record.run_id} {record.status}{code}{steps}{loss}{restarts}{startup}: {path}{message}"
+    message = f"\nmxc: {shown(record.message)}" if record.message else ""  # a succeeded run's: a note (exit_grace)
+    return shown(f"mxc: run {record.run_id} {record.status}{code}{steps}{loss}{restarts}{startup}: {path}") + message
 
 
 # ---- runs

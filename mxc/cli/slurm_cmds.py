@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from mxc.cli.common import add_command, add_json, print_json, store
+from mxc.cli.common import add_command, add_json, print_json, shown, store
 
 
 def register(sub: Any) -> None:
@@ -23,6 +23,7 @@ def _cancel(args: argparse.Namespace) -> int:
     from mxc.runtime.backends import get_backend
 
     run = runs.find_run(store().home, args.run)
+    runs.require_own(run, "cancel")
     record = runs.load(run)
     if record.final:
         raise UserError(f"run {run.run_id} already ended ({record.status})")
@@ -32,6 +33,6 @@ def _cancel(args: argparse.Namespace) -> int:
     else:
         job = record.slurm.job_id if record.slurm else None
         what = f"Slurm job {job}" if job else "its supervisor"
-        print(f"mxc: run {run.run_id}: {record.status}" + ("" if record.final else f" (asked {what} to stop)"),
+        print(shown(f"mxc: run {run.run_id}: {record.status}" + ("" if record.final else f" (asked {what} to stop)")),
               file=sys.stderr)
     return 0 if record.status == "cancelled" or not record.final else 1

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mxc.cli.common import add_command, add_json, print_json, store
+from mxc.cli.common import add_command, add_json, print_json, shown, store
 
 
 def register(sub: Any) -> None:
@@ -50,7 +50,9 @@ def _find_run(ref: str | None) -> Any:
         return runs.find_run(home, ref)
     every = runs.all_runs(home)
     if not every:
-        raise UserError(f"no runs in {runs.runs_root(home)}", "start one with: mxc run")
+        from mxc.runtime.runpaths import runs_root
+
+        raise UserError(f"no runs in {runs_root(home)}", "start one with: mxc run")
     return every[-1]
 
 
@@ -148,7 +150,7 @@ def render(verdict: Any, verbose: bool = False) -> str:
             lines += [f"  {a['title']} (rank {a['rank']}, {a['role']}) at {a['where']}: {a['first'][:140]}"
                       for a in verdict.also]
     lines += [f"note: {n}" for n in verdict.notes]
-    return "\n".join(lines)
+    return "\n".join(shown(line) for line in lines)  # log lines and record fields: no terminal escapes
 
 
 # ---- compare
@@ -164,7 +166,7 @@ def _compare(args: argparse.Namespace) -> int:
     if args.rtol < 0 or args.atol < 0:
         raise UserError("--rtol and --atol must not be negative")
     rec_a, rec_b = _load(run_a), _load(run_b)
-    result = compare_runs(store().bundles, (run_a, rec_a), (run_b, rec_b), rtol=args.rtol, atol=args.atol)
+    result = compare_runs(store(), (run_a, rec_a), (run_b, rec_b), rtol=args.rtol, atol=args.atol)
     picture = None
     if args.output:
         out = Path(args.output)
@@ -223,7 +225,7 @@ def render_comparison(result: Any) -> str:
     else:
         lines.append("step time: not available for both runs")
     lines += [f"note: {n}" for n in result.notes]
-    return "\n".join(lines)
+    return "\n".join(shown(line) for line in lines)
 
 
 # ---- notify

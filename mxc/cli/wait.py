@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from mxc.cli.common import add_command, add_json, print_json, store
+from mxc.cli.common import add_command, add_json, print_json, shown, store
 
 DEFAULT_INTERVAL = 5.0
 
@@ -46,7 +46,7 @@ def wait_and_exit(run: Any, interval: float, quiet: bool, as_json: bool) -> int:
     elif not quiet:
         end = f" (exit {record.exit_code})" if record.exit_code not in (None, 0) else ""
         why = f": {record.message}" if record.message else ""  # a succeeded run's: a note (runtime.exit_grace)
-        print(f"mxc: run {record.run_id} {outcome.status}{end}{why}", file=sys.stderr)
+        print(shown(f"mxc: run {record.run_id} {outcome.status}{end}{why}"), file=sys.stderr)
     return code
 
 

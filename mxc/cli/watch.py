@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from mxc.cli.common import add_command, add_json, print_json, store
+from mxc.cli.common import add_command, add_json, print_json, shown, store
 
 
 def register(sub: Any) -> None:
@@ -56,25 +56,26 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _live_slurm(run: Any) -> bool:
-    from mxc.runtime.record import RunRecord
+    """A live Slurm run of this user's (another user's runs are read-only: watched by their owner)."""
+    from mxc.runtime import runs
 
     try:
-        record = RunRecord.load(run.record)
+        record = runs.read_record(run)
     except (OSError, ValueError):
         return False
-    return record.backend == "slurm" and not record.final
+    return record.backend == "slurm" and not record.final and runs.other_owner(run) is None
 
 
 def _poll(selected: list[Any]) -> Any:
     """Slurm's state of every live Slurm run of this look, from one squeue and at most one sacct
     call (None when Slurm cannot be asked just now: each run is then asked on its own)."""
-    from mxc.runtime.record import RunRecord
+    from mxc.runtime import runs
     from mxc.runtime.slurm.backend import poll
 
     live = []
     for run in selected:
         try:
-            record = RunRecord.load(run.record)
+            record = runs.read_record(run)
         except (OSError, ValueError):
             continue
         if record.backend == "slurm" and not record.final:
@@ -93,10 +94,9 @@ def _look(run: Any, snapshot: Any = None) -> tuple[Any, bool]:
     """Refresh one run and say what changed; (record or None, whether it went well)."""
     from mxc.errors import UserError
     from mxc.runtime import runs
-    from mxc.runtime.record import RunRecord
 
     try:
-        before = RunRecord.load(run.record)
+        before = runs.read_record(run)
     except (OSError, ValueError) as exc:
         print(f"mxc: error: run {run.run_id}: record.json is unreadable ({str(exc).splitlines()[0]})", file=sys.stderr)
         return None, False
@@ -110,6 +110,7 @@ def _look(run: Any, snapshot: Any = None) -> tuple[Any, bool]:
     from mxc.runtime.slurm.backend import refresh
 
     try:
+        runs.require_own(run, "watch (save the record of, resubmit or alert for)")
         after = refresh(run, snapshot)
     except UserError as exc:
         print(f"mxc: error: {exc}", file=sys.stderr)
@@ -119,7 +120,7 @@ def _look(run: Any, snapshot: Any = None) -> tuple[Any, bool]:
               file=sys.stderr)
         return before, False
     for line in _changes(before, after):
-        print(f"mxc: run {run.run_id}: {line}", file=sys.stderr)
+        print(shown(f"mxc: run {run.run_id}: {line}"), file=sys.stderr)
     return after, True
 
 

@@ -20,7 +20,6 @@ as annotations on one curve. Steps recomputed after a restart count again in
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import deque
@@ -250,16 +249,15 @@ def _mtime(path: Path) -> float | None:
 
 
 def _tensorboard_dir(run_dir: Path | None) -> Path | None:
-    """Where MaxText writes events for an mxc run: the record says; else the default layout."""
+    """Where MaxText writes events for an mxc run by default (the exporter is told the place when
+    the bundle's ``checkpoint.dir`` moves it: ``--tensorboard-dir``, from mxc/runtime/runpaths.py).
+    Never a path read from record.json: that file is not trusted as a path."""
     if run_dir is None:
         return None
-    try:
-        recorded = json.loads((run_dir / "record.json").read_text()).get("tensorboard")
-        if recorded:
-            return Path(recorded)
-    except (OSError, ValueError):
-        pass
-    return run_dir / "output" / run_dir.name / "tensorboard"
+    from mxc.runtime.rundir import RunDir
+    from mxc.runtime.runpaths import RunPaths
+
+    return RunPaths(RunDir(run_dir)).tensorboard
 
 
 def create(context: PluginContext) -> TrainingMetricsPlugin:

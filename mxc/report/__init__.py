@@ -18,6 +18,7 @@ from mxc.report.outcome import outcome
 from mxc.runtime.record import RunRecord, now_iso
 from mxc.runtime.rundir import RunDir
 from mxc.runtime.triage.compare import Comparison, compare_runs
+from mxc.store import Store
 
 MAX_RUNS = 8  # one colour each that stays distinguishable (mxc.cli.observe.MAX_REPORT_RUNS)
 
@@ -34,14 +35,14 @@ class Report:
         return {"output": str(output), "runs": runs, "comparisons": [c.as_dict() for c in self.comparisons]}
 
 
-def collect(found: list[tuple[RunDir, RunRecord]], bundles: Path, with_tsdb: bool = True) -> Report:
+def collect(found: list[tuple[RunDir, RunRecord]], store: Store, with_tsdb: bool = True) -> Report:
     runs = []
     for run, record in found:
         data = gather(run, record, with_tsdb=with_tsdb)
         data.outcome = outcome(run, record, len(data.steps))
         runs.append(data)
     base = found[0]
-    comparisons = [compare_runs(bundles, base, other) for other in found[1:]]
+    comparisons = [compare_runs(store, base, other) for other in found[1:]]
     return Report(runs, comparisons)
 
 

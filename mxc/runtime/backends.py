@@ -9,7 +9,7 @@ are. The contract follows TorchX's scheduler API (dryrun/schedule/describe/cance
 local); ``mxc cancel`` and the readers pick it from the record's ``backend``. A new backend is
 one module with a class satisfying ``Backend``, listed in ``BACKENDS``; what every backend does
 before it starts is shared here (``allocate_run_dir``, ``pinned_code``, ``first_record``,
-``create_run_dir``, ``seed_checkpoint``).
+``create_run_dir``, ``seed_checkpoint``), and every path comes from mxc/runtime/runpaths.py.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ from mxc import tempdirs
 from mxc.errors import UserError, cannot_write
 from mxc.node import envboundary
 from mxc.node.contract import RunContract
+from mxc.runtime import runpaths
 from mxc.runtime.contract import load as load_contract
 from mxc.runtime.hooks import Launcher, RunObserver
 from mxc.runtime.provenance import environment
 from mxc.runtime.record import RunRecord, Status, now_iso
 from mxc.runtime.resume import ResumePoint
 from mxc.runtime.rundir import RunDir, is_run_id, new_run_id
+from mxc.runtime.runpaths import Roots
 from mxc.store import StoredBundle
 
 if TYPE_CHECKING:
@@ -148,18 +150,16 @@ def get_backend(name: str) -> Backend:
 
 def allocate_run_dir(request: RunRequest) -> RunDir:
     """A fresh, unused run directory path (not created: planning writes nothing)."""
-    from mxc.runtime.runs import runs_root
-
-    runs = runs_root(request.home)
+    roots = Roots.of(request.home)
     if request.run_id is not None:
         if not is_run_id(request.run_id) or not request.run_id.endswith(request.bundle.hash[:8]):
             raise UserError(f"'{request.run_id[:80]}' is not a run id of bundle {request.bundle.hash[:12]}")
-        if (runs / request.run_id).exists():
+        if os.path.lexists(roots.run(request.run_id).path):
             raise UserError(f"run {request.run_id} exists already")
-        return RunDir(runs / request.run_id)
+        return roots.run(request.run_id)
     while True:
-        run = RunDir(runs / new_run_id(request.bundle.hash))
-        if not run.path.exists():
+        run = roots.run(new_run_id(request.bundle.hash))
+        if not os.path.lexists(run.path):
             return run
 
 
@@ -185,29 +185,38 @@ def first_record(request: RunRequest, plan: Plan, status: Status, **fields: Any)
     )
 
 
-def image_cache_env(home: Path) -> dict[str, str]:
-    """``MXC_IMAGE_CACHE`` when runs live outside ``$MXC_HOME`` (``MXC_RUNS_DIR``): the node program
-    otherwise finds the image cache beside the runs directory, which is ``$MXC_HOME/images`` only when
-    runs are in ``$MXC_HOME/runs``. A cache the caller chose (``MXC_IMAGE_CACHE``) is left alone."""
-    from mxc.runtime.runs import runs_root
-
-    if os.environ.get("MXC_IMAGE_CACHE") or runs_root(home) == home / "runs":
-        return {}
-    return {"MXC_IMAGE_CACHE": str(home / "images")}
+def job_variables(request: RunRequest, run: RunDir) -> dict[str, str]:
+    """What every backend tells the node program about where things are: the bundle, the run
+    directory, JAX's cache and (with ``MXC_RUNS_DIR``) the image cache (``runpaths.Roots``)."""
+    roots = Roots.of(request.home)
+    return {"MXC_BUNDLE_DIR": str(request.bundle.path), "MXC_RUN_DIR": str(run.path),
+            "MXC_JAX_CACHE": str(roots.jax_cache), **roots.image_cache_env()}
 
 
-def create_run_dir(run: RunDir, record: RunRecord) -> None:
-    """The run directory with its first record, or neither: a run directory without a readable
-    record (a full disk, no inodes left) is removed again, and the failure is one line (exit 1)."""
+def tensorboard_of(request: RunRequest, run: RunDir) -> str:
+    """Where the run's TensorBoard events go, for its record (people and other tools read it; mxc
+    derives it again from the contract: mxc/runtime/runpaths.py)."""
+    return str(runpaths.for_contract(run, request.contract).tensorboard)
+
+
+def create_run_dir(run: RunDir, record: RunRecord, bundle: StoredBundle) -> None:
+    """The run directory with its own copy of the bundle and its first record, or nothing: a run
+    directory without them (a full disk, no inodes left) is removed again, and the failure is one
+    line (exit 1). The copy comes first: a run with a record always keeps what it ran."""
+    from mxc.runtime import kept_bundle
+
     try:
         run.path.mkdir(parents=True)
     except OSError as exc:
         raise cannot_write(f"run directory {run.path}", exc) from None
     try:
+        kept_bundle.keep(bundle, run)
         record.save(run.record)
-    except OSError as exc:
+    except (OSError, UserError) as exc:
         with contextlib.suppress(OSError):
             tempdirs.remove(run.path)
+        if isinstance(exc, UserError):
+            raise
         raise cannot_write(f"the record of run {run.run_id} in {run.path.parent}", exc) from None
 
 
@@ -216,10 +225,9 @@ def seed_checkpoint(request: RunRequest, run: RunDir) -> None:
     checkpoint directory, where MaxText restores from (``mxc.runtime.resume``)."""
     if request.resume_from is None:
         return
-    from mxc.node import layout
     from mxc.runtime.resume import seed
 
-    target = layout.checkpoints(run.path, request.contract.checkpoint.dir)
+    target = runpaths.for_contract(run, request.contract).checkpoints
     how = seed(request.resume_from, target)
     if not request.quiet:
         point = request.resume_from

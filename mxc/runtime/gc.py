@@ -8,7 +8,14 @@ go under a policy (age, run status, keep the last N) and removes it. What it nev
   a Slurm run that is not final counts as live (``mxc watch`` or ``mxc cancel`` closes it first);
 - a bundle a live run uses, judged from every run directory's name as well as its record, so a
   run whose record cannot be read (or is being written) still protects its bundle;
-- a bundle, code export or image a kept run or bundle uses, unless asked (``used_bundles``).
+- a bundle, code export or image a kept run or bundle uses, unless asked (``used_bundles``);
+- anything of a run another user owns (its directory or record: ``runs.other_owner``), nor any path
+  but those the one owner of run paths derives (mxc/runtime/runpaths.py): the run directory in the
+  runs root, its output tree right under the ``checkpoint.dir`` of its bundle's contract, entries
+  of the store and the image cache. Nothing in a record is taken as a path.
+
+A run removed keeps nothing alive: the bundle it ran is also in its directory (``kept_bundle``), so
+removing a bundle from the store never orphans a kept run (``rerun`` puts it back from the run's copy).
 
 Removal first renames the item into a temporary directory beside it (``mxc.tempdirs``), so a
 reader sees the whole item or nothing, then deletes the tree, restoring write permission on the
@@ -29,10 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mxc import tempdirs
+from mxc.runtime import runpaths
 from mxc.runtime import runs as runs_mod
 from mxc.runtime.processes.procfs import processes_with_env
-from mxc.runtime.record import FINISHED, RunRecord, epoch_seconds
+from mxc.runtime.record import FINISHED, epoch_seconds
 from mxc.runtime.rundir import RunDir
+from mxc.runtime.runpaths import Roots
 
 RUN_STATUSES = (*sorted(FINISHED), "lost", "unreadable")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -73,7 +82,13 @@ class RunState:
     when: float  # end (else start, else the directory's mtime), epoch seconds
     bundle: str | None
     commit: str | None
-    outside: list[Path] = field(default_factory=list)  # its checkpoints and TensorBoard outside the run dir
+    outside: list[Path] = field(default_factory=list)  # its output tree under checkpoint.dir (runpaths.RunPaths)
+    owner: int | None = None  # another user who owns it (its directory or record): never acted on
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """Everything removing the run removes."""
+        return (self.run.path, *self.outside)
 
 
 @dataclass(frozen=True)
@@ -98,20 +113,20 @@ def mtime(path: Path) -> float:
         return 0.0
 
 
-def run_state(run: RunDir) -> RunState:
-    """A run's status and liveness from its record, without asking a scheduler (a read)."""
+def run_state(run: RunDir, roots: Roots) -> RunState:
+    """A run's status, liveness and trees from its record and its bundle's contract, without asking
+    a scheduler (a read)."""
     when = mtime(run.path)
+    owner = runs_mod.other_owner(run)
     try:
-        record = RunRecord.load(run.record)
+        record = runs_mod.read_record(run)
     except (OSError, ValueError):
-        return RunState(run, "unreadable", False, when, None, None)
+        return RunState(run, "unreadable", False, when, None, None, owner=owner)
     when = epoch_seconds(record.ended) or epoch_seconds(record.started) or when
     commit = record.code.get("commit") if isinstance(record.code, dict) else None
-    state = RunState(run, record.status, False, when, record.bundle, commit if isinstance(commit, str) else None)
-    if record.tensorboard:  # <output>/<run-id>/tensorboard/<run-id>: the run's output may live elsewhere
-        output = Path(record.tensorboard).parent.parent
-        if output.name == run.run_id and output.is_absolute() and not _inside(output, run.path):
-            state.outside.append(output)
+    state = RunState(run, record.status, False, when, record.bundle, commit if isinstance(commit, str) else None,
+                     owner=owner)
+    state.outside = runpaths.of_run(run, record, roots.store()).outside()
     if record.final:
         return state
     if record.backend == "local" and runs_mod.supervisor_alive(record) is False:
@@ -120,14 +135,6 @@ def run_state(run: RunDir) -> RunState:
     else:
         state.live = True
     return state
-
-
-def _inside(path: Path, parent: Path) -> bool:
-    try:
-        path.resolve().relative_to(parent.resolve())
-    except ValueError:
-        return False
-    return True
 
 
 def protected_bundle(bundle: str, states: Iterable[RunState]) -> RunState | None:
@@ -172,37 +179,31 @@ def _walk(top: Path) -> Iterable[os.stat_result]:
 class Inventory:
     """Everything in ``$MXC_HOME`` (and the runs root) that gc knows how to judge."""
 
-    home: Path
+    roots: Roots
     runs: list[RunState]
     bundles: dict[str, float]  # hash -> last use (built or last run started)
     bundle_pins: dict[str, tuple[str | None, str | None]]  # hash -> (code commit, image digest or .sif name)
     code: dict[str, float]  # commit -> export time
     images: dict[str, float]  # file name in the image cache -> mtime
-    images_dir: Path = Path()
 
     @classmethod
-    def scan(cls, home: Path) -> Inventory:
-        from mxc.store import Store
-
-        states = [run_state(r) for r in runs_mod.all_runs(home)]
-        store = Store(home)
+    def scan(cls, roots: Roots) -> Inventory:
+        states = [run_state(r, roots) for r in runs_mod.all_runs(roots.home)]
+        store = roots.store()
         bundles = {h: mtime(store.bundles / h) for h in store.hashes()}
         for s in states:
             if s.bundle in bundles:
                 bundles[s.bundle] = max(bundles[s.bundle], s.when)
         pins = {h: _pins(store.bundles / h) for h in bundles}
-        code_root = home / "code"
-        code = {p.name: mtime(p) for p in _entries(code_root) if _COMMIT.match(p.name) and p.is_dir()}
-        images_dir = image_cache(home)
-        images = {p.name: mtime(p) for p in _entries(images_dir)
+        code = {p.name: mtime(p) for p in _entries(roots.code) if _COMMIT.match(p.name) and p.is_dir()}
+        images = {p.name: mtime(p) for p in _entries(roots.images)
                   if p.name.endswith(".sif") and not p.name.startswith(".") and p.is_file()}
-        return cls(home, states, bundles, pins, code, images, images_dir)
+        return cls(roots, states, bundles, pins, code, images)
 
-
-def image_cache(home: Path) -> Path:
-    """Where runs keep fetched images: ``$MXC_IMAGE_CACHE``, else ``$MXC_HOME/images`` (as the node program)."""
-    configured = os.environ.get("MXC_IMAGE_CACHE")
-    return Path(configured) if configured else home / "images"
+    @property
+    def others(self) -> list[RunState]:
+        """Runs another user owns: listed by ``mxc runs``, never removed."""
+        return [s for s in self.runs if s.owner is not None]
 
 
 def _entries(directory: Path) -> list[Path]:
@@ -231,7 +232,7 @@ def plan(inv: Inventory, policy: Policy, now: float) -> list[Item]:
     """What ``policy`` removes from ``inv``: runs first, then what no kept run or bundle uses."""
     cutoff = now - policy.older_than_s if policy.older_than_s is not None else None
     wanted = policy.statuses if policy.statuses is not None else frozenset(RUN_STATUSES) - {"unreadable"}
-    matching = [s for s in inv.runs if s.status in wanted and not s.live]
+    matching = [s for s in inv.runs if s.status in wanted and not s.live and s.owner is None]
     keep = {s.run.run_id for s in sorted(matching, key=lambda s: s.run.run_id)[-policy.keep_last:]} \
         if policy.keep_last else set()
     items: list[Item] = []
@@ -241,8 +242,7 @@ def plan(inv: Inventory, policy: Policy, now: float) -> list[Item]:
             continue
         gone.add(s.run.run_id)
         why = s.status + (f", ended {_ago(now - s.when)} ago" if cutoff is not None else "")
-        paths = (s.run.path, *s.outside)
-        items.append(Item("run", s.run.run_id, paths, s.when, why, size_of(paths)))
+        items.append(Item("run", s.run.run_id, s.paths, s.when, why, size_of(s.paths)))
     if not policy.touches_artifacts:
         return items
     kept_runs = [s for s in inv.runs if s.run.run_id not in gone]
@@ -255,7 +255,7 @@ def plan(inv: Inventory, policy: Policy, now: float) -> list[Item]:
         if cutoff is not None and when >= cutoff:
             continue
         removed_bundles.add(digest)
-        path = inv.home / "bundles" / digest
+        path = inv.roots.bundles / digest
         why = "no kept run uses it" if not policy.used_bundles else "unused by live runs"
         items.append(Item("bundle", digest, (path,), when, f"{why}, last used {_ago(now - when)} ago",
                           size_of([path])))
@@ -265,14 +265,14 @@ def plan(inv: Inventory, policy: Policy, now: float) -> list[Item]:
     for commit, when in sorted(inv.code.items()):
         if commit in kept_commits or (cutoff is not None and when >= cutoff):
             continue
-        path = inv.home / "code" / commit
+        path = inv.roots.code / commit
         items.append(Item("code", commit, (path,), when, f"no kept bundle pins it, exported {_ago(now - when)} ago",
                           size_of([path])))
     kept_images = {img for _, img in kept_pins if img}
     for name, when in sorted(inv.images.items()):
         if any(img in name for img in kept_images) or (cutoff is not None and when >= cutoff):
             continue
-        path = inv.images_dir / name
+        path = inv.roots.images / name
         items.append(Item("image", name, (path,), when, f"no kept bundle uses it, fetched {_ago(now - when)} ago",
                           size_of([path])))
     return items
@@ -286,19 +286,36 @@ def _ago(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def still_removable(item: Item, home: Path) -> str | None:
-    """Checked again just before removing (a run may have started since the plan): why not, or None."""
+def still_removable(item: Item, roots: Roots) -> str | None:
+    """Checked again just before removing (a run may have started since the plan, a path may have
+    been swapped for a link): why not, or None. Every path must be one the roots and the run's own
+    paths give now; anything else is refused."""
     if item.kind == "run":
-        state = run_state(RunDir(item.paths[0]))
-        return f"run {item.name} is live now" if state.live else None
-    if item.kind == "bundle":
-        live = protected_bundle(item.name, [run_state(r) for r in runs_mod.all_runs(home)])
-        return f"bundle {item.name[:12]} is in use by live run {live.run.run_id}" if live else None
+        run = RunDir(roots.runs / item.name)
+        if not runpaths.real_run_dir(run.path):
+            return f"run {item.name}: not a run directory in {roots.runs}"
+        state = run_state(run, roots)
+        if state.owner is not None:
+            return f"run {item.name} belongs to {runs_mod.user_name(state.owner)}"
+        if state.live:
+            return f"run {item.name} is live now"
+        expected: tuple[Path, ...] = state.paths
+    elif item.kind == "bundle":
+        live = protected_bundle(item.name, [run_state(r, roots) for r in runs_mod.all_runs(roots.home)])
+        if live:
+            return f"bundle {item.name[:12]} is in use by live run {live.run.run_id}"
+        expected = (roots.bundles / item.name,)
+    else:
+        expected = ((roots.code if item.kind == "code" else roots.images) / item.name,)
+    if item.paths != expected:
+        listed = ", ".join(str(p) for p in item.paths if p not in expected)
+        return f"{item.kind} {item.name}: not removing {listed or 'its paths'}: not where mxc puts it now"
     return None
 
 
 def remove(item: Item) -> None:
-    """Remove an item's paths: each renamed aside first (gone as a whole), then deleted."""
+    """Remove an item's paths (each one ``still_removable`` allowed): renamed aside first (gone as
+    a whole), then deleted."""
     for path in item.paths:
         if item.kind == "image":
             _remove_image(path)
@@ -324,9 +341,9 @@ def _remove_image(path: Path) -> None:
         os.close(fd)
 
 
-def sweep_leftovers(home: Path) -> None:
+def sweep_leftovers(roots: Roots) -> None:
     """Temporary directories that an interrupted removal (or build, or export) left behind."""
-    for parent in (runs_mod.runs_root(home), home / "bundles", home / "code"):
+    for parent in (roots.runs, roots.bundles, roots.code):
         tempdirs.sweep(parent)
 
 

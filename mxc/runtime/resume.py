@@ -24,9 +24,9 @@ from mxc import tempdirs
 from mxc.errors import UserError, cannot_write
 from mxc.node import checkpoints
 from mxc.node.contract import RunContract
-from mxc.runtime import runs
-from mxc.runtime.record import RunRecord
+from mxc.runtime import runpaths, runs
 from mxc.runtime.rundir import RunDir
+from mxc.runtime.runpaths import Roots
 
 
 @dataclass(frozen=True)
@@ -39,16 +39,6 @@ class ResumePoint:
 
     def as_record(self) -> dict[str, Any]:
         return {"run": self.run, "step": self.step, "path": str(self.path)}
-
-
-def checkpoints_of(run: RunDir, record: RunRecord) -> Path:
-    """Where a run's checkpoints are: beside its TensorBoard files under its output directory
-    (``checkpoint.dir`` when its spec set one), else inside its run directory."""
-    if record.tensorboard:
-        output = Path(record.tensorboard).parent.parent  # <output>/<run-id>/tensorboard/<run-id>
-        if output.name == run.run_id:
-            return output / "checkpoints"
-    return run.output / run.run_id / "checkpoints"
 
 
 def parse(text: str) -> tuple[str, int | None]:
@@ -66,8 +56,7 @@ def find(home: Path, text: str) -> ResumePoint:
     """The checkpoint ``RUN[@STEP]`` names: the run's newest finished one when no step is given."""
     ref, step = parse(text)
     run = runs.find_run(home, ref)
-    record = runs.load(run)
-    directory = checkpoints_of(run, record)
+    directory = _checkpoints_of(home, run)
     steps = checkpoints.finished_steps(directory)
     if not steps:
         raise UserError(f"run {run.run_id} has no finished checkpoint to resume from (in {directory})",
@@ -80,16 +69,33 @@ def find(home: Path, text: str) -> ResumePoint:
     return ResumePoint(run.run_id, step, directory / str(step))
 
 
-def recorded(run_id: str, resumed_from: dict[str, Any]) -> ResumePoint:
+def _checkpoints_of(home: Path, run: RunDir) -> Path:
+    """Where a run's checkpoints are, from its own location and its bundle's contract
+    (``checkpoint.dir``), never from a path in its record (mxc/runtime/runpaths.py)."""
+    paths = runpaths.of_run(run, runs.load(run), Roots.of(home).store())
+    if os.path.lexists(paths.checkpoints) and not paths.holds(paths.checkpoints):
+        raise UserError(f"run {run.run_id}: its checkpoint directory {paths.checkpoints} leads outside the run's trees",
+                        "not reading checkpoints from there (docs/security.md#a-shared-runs-root)")
+    return paths.checkpoints
+
+
+def recorded(home: Path, run_id: str, resumed_from: dict[str, Any]) -> ResumePoint:
     """The checkpoint a resumed run started from (its record's ``resumed_from``), for ``mxc rerun``:
-    refused when it is no longer there, since the rerun would then start at step 0."""
+    the source run and step from the record, the place derived again from that run (the record's
+    ``path`` is for people: a path in a record is not trusted); refused when it is no longer there,
+    since the rerun would then start at step 0."""
     source, step, path = resumed_from.get("run"), resumed_from.get("step"), resumed_from.get("path")
     if not (isinstance(source, str) and type(step) is int and isinstance(path, str)):
         raise UserError(f"run {run_id}: its record's resumed_from is not {{run, step, path}}: {resumed_from!r:.200}")
-    if not checkpoints.is_finished(Path(path)):
-        raise UserError(f"run {run_id} started from run {source}'s checkpoint at step {step}, which is gone ({path})",
-                        "a rerun cannot start where it did; start a new run: mxc run --resume-from RUN[@STEP]")
-    return ResumePoint(source, step, Path(path))
+    gone = UserError(f"run {run_id} started from run {source}'s checkpoint at step {step}, which is gone ({path})",
+                     "a rerun cannot start where it did; start a new run: mxc run --resume-from RUN[@STEP]")
+    try:
+        directory = _checkpoints_of(home, runs.find_run(home, source)) / str(step)
+    except UserError:
+        raise gone from None
+    if not checkpoints.is_finished(directory):
+        raise gone
+    return ResumePoint(source, step, directory)
 
 
 def check_bundle(point: ResumePoint, contract: RunContract, bundle: str) -> None:

@@ -1,8 +1,9 @@
-"""Where everything of one run lives: ``$MXC_HOME/runs/<run-id>/``.
+"""What is inside one run directory: ``<runs root>/<run-id>/``.
 
-One place names every path, so the supervisor, the backends, observability and triage
+One place names every path in it, so the supervisor, the backends, observability and triage
 agree on the layout without passing strings around; what the node program writes is named by
-mxc/node/layout.py (shipped in every bundle), which these properties use.
+mxc/node/layout.py (shipped in every bundle), which these properties use. Where the run directory
+is, and the trees a run has outside it (``checkpoint.dir``), is mxc/runtime/runpaths.py's to say.
 """
 
 from __future__ import annotations
@@ -61,12 +62,9 @@ class RunDir:
         return self.path / "metrics"
 
     @property
-    def output(self) -> Path:
-        """MaxText's base_output_directory unless the spec sets checkpoint.dir."""
-        return self.path / "output"
-
-    def tensorboard(self) -> Path:
-        return self.output / self.run_id / "tensorboard"
+    def bundle(self) -> Path:
+        """The run's own copy of the bundle it ran (mxc/runtime/kept_bundle.py)."""
+        return self.path / "bundle"
 
     def rank_dir(self, rank: int) -> Path:
         """Per-rank files from the node program: events.jsonl, preflight.json, kernel.<attempt>.log."""

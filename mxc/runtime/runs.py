@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from mxc.errors import UserError
+from mxc.node import integrity
 from mxc.runtime.logs.trainlog import last_step_in_tail
 from mxc.runtime.processes.procfs import ProcessId, pid_alive
 from mxc.runtime.record import RunRecord, parse_time
 from mxc.runtime.rundir import RunDir
+from mxc.runtime.runpaths import real_run_dir, runs_root
 
 
 @dataclass(frozen=True)
@@ -32,30 +34,68 @@ class RunRef:
     run: RunDir | None = None
 
 
-RUNS_DIR_VARIABLE = "MXC_RUNS_DIR"
-
-
-def runs_root(home: Path) -> Path:
-    """Where run directories (and, by default, their checkpoints) live: ``$MXC_RUNS_DIR``, else
-    ``$MXC_HOME/runs``. A cluster's home is small and slow; ``MXC_RUNS_DIR=$SCRATCH/mxc-runs`` moves
-    every run (logs, metrics, checkpoints) there while bundles and records of builds stay in the home.
-    Made absolute here: the path is handed to the node program, which runs from another directory."""
-    configured = os.environ.get(RUNS_DIR_VARIABLE)
-    if configured:
-        return Path(os.path.abspath(os.path.expanduser(configured)))
-    return home / "runs"
-
-
 def all_runs(home: Path) -> list[RunDir]:
+    """Every run in the runs root: a directory named like a run id (never a link, never another
+    name: ``runs/projects`` is not a run, whatever it holds). Its record is checked when read
+    (``read_record``)."""
     root = runs_root(home)
-    if not root.is_dir():
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
         return []
-    return [RunDir(p) for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+    return [RunDir(p) for p in entries if real_run_dir(p)]
+
+
+def read_record(run: RunDir) -> RunRecord:
+    """The run's record, only when it validates and is this run's (its ``run_id`` is the directory's
+    name: a record copied from another run is not this one's; its ``bundle`` a sha256);
+    FileNotFoundError when there is none, ValueError when it is not one (``RunRecord.load``). Whether
+    the bundle it names is the one the run's id names is checked where the bundle is used
+    (mxc/runtime/kept_bundle.py): a record naming another bundle gets neither's files."""
+    record = RunRecord.load(run.record)
+    if record.run_id != run.run_id:
+        raise ValueError(f"run_id: {record.run_id[:80]!r} is not this run's")
+    if not integrity.valid_hash(record.bundle):
+        raise ValueError(f"bundle: {record.bundle[:80]!r} is not a bundle hash")
+    return record
+
+
+def other_owner(run: RunDir) -> int | None:
+    """The uid of another user who owns the run directory or its record, else None. Such a run is
+    read-only to mxc: in a shared runs root anyone may have written it (docs/security.md)."""
+    me = os.geteuid()
+    for path in (run.path, run.record):
+        try:
+            uid = os.lstat(path).st_uid
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return -1
+        if uid != me:
+            return uid
+    return None
+
+
+def user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, OverflowError):
+        return f"uid {uid}" if uid >= 0 else "an owner that cannot be read"
+
+
+def require_own(run: RunDir, action: str) -> None:
+    """Refuse (exit 2) to ``action`` a run another user owns: only reads see it."""
+    owner = other_owner(run)
+    if owner is not None:
+        raise UserError(f"run {run.run_id} belongs to {user_name(owner)}: mxc does not {action} another user's run",
+                        "its owner can; reads (mxc runs, show, logs) still work")
 
 
 def load(run: RunDir) -> RunRecord:
     try:
-        record = RunRecord.load(run.record)
+        record = read_record(run)
     except FileNotFoundError:
         raise UserError(f"run {run.run_id} has no record.json") from None
     except ValueError as exc:
@@ -90,7 +130,7 @@ def current_all(selected: list[RunDir]) -> list[RunRecord | UserError]:
     live: dict[str, list[int]] = {}
     for i, run in enumerate(selected):
         try:
-            record = RunRecord.load(run.record)
+            record = read_record(run)
         except (OSError, ValueError):
             try:
                 record = load(run)  # the same one-line errors
@@ -133,7 +173,7 @@ def _backend_view(backend: str) -> Any:
 def labels_of(run: RunDir) -> list[str]:
     """The labels its record gives a run (none when the record cannot be read)."""
     try:
-        return RunRecord.load(run.record).labels
+        return read_record(run).labels
     except (OSError, ValueError):
         return []
 
@@ -167,7 +207,7 @@ def runs_of_bundle(home: Path, bundle_hash: str) -> list[RunDir]:
         if not run.run_id.endswith(bundle_hash[:8]):
             continue
         try:
-            if RunRecord.load(run.record).bundle == bundle_hash:
+            if read_record(run).bundle == bundle_hash:
                 out.append(run)
         except (OSError, ValueError):
             continue

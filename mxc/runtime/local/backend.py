@@ -14,7 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mxc.node import envboundary, layout
+from mxc.node import envboundary
+from mxc.runtime import runpaths
 from mxc.runtime.backends import (
     Plan,
     RunRequest,
@@ -22,10 +23,11 @@ from mxc.runtime.backends import (
     create_run_dir,
     extensions,
     first_record,
-    image_cache_env,
+    job_variables,
     pinned_code,
     recorded_environment,
     seed_checkpoint,
+    tensorboard_of,
     training_python,
 )
 from mxc.runtime.local.deathwatch import DeathWatch
@@ -56,11 +58,8 @@ class LocalBackend:
                             "run it on Slurm: mxc run without --local")
         run = allocate_run_dir(request)
         env = {
-            "MXC_RUN_DIR": str(run.path),
-            "MXC_BUNDLE_DIR": str(request.bundle.path),
+            **job_variables(request, run),
             "MXC_ATTEMPT": "0",
-            "MXC_JAX_CACHE": os.environ.get("MXC_JAX_CACHE") or str(request.home / "cache" / "jax"),
-            **image_cache_env(request.home),
             # The node program runs under mxc's own interpreter (>= 3.11, already warm in the page
             # cache), not whatever `python3` PATH finds first: a version-manager shim there costs
             # a chain of shell processes before every attempt (0.45 s measured with pyenv's).
@@ -110,9 +109,15 @@ class LocalBackend:
         # Who writes this record, as an identity (pid + start time + boot id), not a bare pid:
         # tells a live run from a lost one, and `mxc cancel` signals only this very process.
         record.supervisor = {"host": os.uname().nodename, **ProcessId.this_process().as_record()}
-        record.tensorboard = str(layout.output(run.path, contract.checkpoint.dir) / run.run_id / "tensorboard" / run.run_id)
-        create_run_dir(run, record)
+        record.tensorboard = tensorboard_of(request, run)
         scratch.sweep()  # what earlier runs killed without a chance to clean up left in /tmp/mxc-<uid>
+        registration = _register(run)  # before the record names this process: `mxc cancel` never finds it unregistered
+        try:
+            create_run_dir(run, record, request.bundle)
+        except BaseException:
+            if registration is not None:
+                scratch.remove(registration)
+            raise
 
         watch = DeathWatch.start(run.path)  # if this process is SIGKILLed, the run's processes go too
         try:
@@ -128,6 +133,8 @@ class LocalBackend:
             raise
         finally:
             watch.release()
+            if registration is not None:
+                scratch.remove(registration)
 
     def status(self, run: RunDir) -> RunRecord:
         """The record as the supervisor last wrote it (it keeps it current itself while it lives;
@@ -176,12 +183,23 @@ class LocalBackend:
         config = SupervisorConfig(
             argv=plan.command, env=env, cwd=plan.cwd,
             restart=contract.restart, total_steps=request.total_steps,
-            checkpoints=layout.checkpoints(run.path, contract.checkpoint.dir),
+            checkpoints=runpaths.for_contract(run, contract).checkpoints,
             before_save=with_facts, on_steps=start_gathering, before_attempt=lambda: _bundle_problem(request),
         )
         supervisor = Supervisor(run, record, config, launcher or LocalLauncher(), [*request.observers, *observers],
                                 progress)
         return supervisor.run_to_end()
+
+
+def _register(run: RunDir) -> Path | None:
+    """This process is the run's supervisor, said where only this user writes (/tmp/mxc-<uid>):
+    ``mxc cancel`` signals the supervisor a record names only with this (``scratch.vouches``)."""
+    try:
+        return scratch.create(run.path)
+    except (OSError, RuntimeError) as exc:
+        print(f"mxc: warning: run {run.run_id}: cannot register its supervisor ({exc}); `mxc cancel` will not signal "
+              "it (Ctrl-C stops it)", file=sys.stderr)
+        return None
 
 
 def _alert_secret_env(request: RunRequest) -> str | None:

@@ -13,7 +13,8 @@ from mxc.runtime.rundir import RunDir
 
 def cancel(run: RunDir, record: RunRecord) -> RunRecord:
     """A live local run stops like on Ctrl-C: SIGTERM to its supervisor (the very process that
-    wrote the record, verified by identity), which records `cancelled`. A lost run (its
+    wrote the record, verified by identity and by its registration in this user's scratch
+    directory, ``scratch.vouches``), which records `cancelled`. A lost run (its
     supervisor is gone) has nobody to ask: what is left of it is ended here and the record closed."""
     import signal
     import time
@@ -21,12 +22,19 @@ def cancel(run: RunDir, record: RunRecord) -> RunRecord:
     from mxc.errors import UserError
     from mxc.node import layout
     from mxc.runtime import runs
+    from mxc.runtime.processes import scratch
     from mxc.runtime.record import now_iso
 
     alive = runs.supervisor_alive(record)
     if alive is None:
         raise UserError(f"run {run.run_id} is not running on this machine (its supervisor cannot be verified here)")
     identity = runs.supervisor(record)
+    if alive and identity is not None and not scratch.vouches(run.path, identity):
+        # The record is a file others may have written (a shared runs root): it names a process, it does
+        # not prove it is this run's. The supervisor registered itself where only this user writes.
+        raise UserError(f"run {run.run_id}: process {identity.pid}, which its record names, is not registered as "
+                        f"its supervisor in {scratch.root()}: not signalling it",
+                        "stop the run where it was started (Ctrl-C), or check that process yourself")
     if alive and identity is not None:
         # The record then says who stopped it (cancelled_by "mxc cancel", not a bare SIGTERM).
         (run.path / layout.CANCEL_REQUEST).write_text(now_iso() + "\n")

@@ -107,7 +107,7 @@ class Observability:
         if self.launcher is not None:
             self.launcher.on_ready.append(self._ray_ready)
             self.launcher.prepare(run.path)
-        bundle = self._bundle_dir(record)
+        bundle = self._bundle_dir(run, record)
         # Every key the start-up thread sets exists already: the supervisor saves the record (this
         # dict) from its own thread meanwhile, and a dict may have values replaced, never keys added,
         # while another thread iterates it. Keys left empty are dropped at the end.
@@ -195,18 +195,16 @@ class Observability:
         except Exception as exc:
             self._error(f"exporter: {exc}")
 
-    def _bundle_dir(self, record: RunRecord) -> Path | None:
+    def _bundle_dir(self, run: RunDir, record: RunRecord) -> Path | None:
+        """The bundle the run runs: given (the Slurm node observer), else the run's own copy or the
+        store's, verified against the record's hash (mxc/runtime/kept_bundle.py)."""
         if self.bundle_dir is not None:
             return self.bundle_dir
-        configured = record.environment.get("MXC_BUNDLE_DIR")
-        if configured and Path(configured).is_dir():
-            return Path(configured)
-        with contextlib.suppress(Exception):
-            from mxc.fsutil import mxc_home
-            from mxc.store import Store
+        from mxc.runtime import kept_bundle
+        from mxc.runtime.runpaths import Roots
 
-            return Store(mxc_home()).get(record.bundle).path
-        return None
+        bundle = kept_bundle.bundle_of(run, record, Roots.current().store())
+        return bundle.path if bundle is not None else None
 
     def _start_exporter(self, run: RunDir, bundle: Path | None, ready: Path, log_path: Path) -> None:
         obs_dir = observability_dir(run)
@@ -218,6 +216,11 @@ class Observability:
         ready.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "mxc.runtime.observe.exporter", "--config", str(config), "--run-dir", str(run.path),
                 "--ready-file", str(ready), *self.exporter_args]
+        if bundle is not None:  # where the contract puts TensorBoard's events (checkpoint.dir or the run directory)
+            from mxc.node.contract import load as load_contract
+            from mxc.runtime import runpaths
+
+            argv += ["--tensorboard-dir", str(runpaths.for_contract(run, load_contract(bundle)).tensorboard)]
         if sends_token(bundle):
             token = scrape_token.path_in(prometheus_dir(run))
             scrape_token.ensure(token)  # before Prometheus starts: it reads the token for its first scrape

@@ -6,6 +6,10 @@ parent is this user's alone (mode 0700, checked, never a link), so other users c
 read Ray's sockets nor plant a directory there. Each one holds ``owner.json``: the run
 directory and the identity (``procfs.ProcessId``) of the process that made it.
 
+The local supervisor of every run makes one too, as its registration: ``mxc cancel`` signals a
+record's supervisor only when this user's directory vouches that this very process supervises that
+run (``vouches``): a record is a file in a runs root others may write, this directory is not.
+
 A run removes its own when it ends. When its owner was killed without that chance, the
 death watch of the run (``mxc.runtime.local.deathwatch``), ``mxc cancel`` of the lost run, or
 the next ``mxc run`` removes it: ``sweep`` removes a directory only when its owner is verifiably
@@ -48,6 +52,21 @@ def create(run_dir: Path, owner: ProcessId | None = None) -> Path:
     record = {"run_dir": str(run_dir), "owner": (owner or ProcessId.this_process()).as_record()}
     write_atomic(path / OWNER, json.dumps(record) + "\n", 0o600)
     return path
+
+
+def vouches(run_dir: Path, process: ProcessId) -> bool:
+    """Whether a directory of this user's (``root``: only this user writes there) was made by
+    ``process`` for the run in ``run_dir``: proof that the process is the run's."""
+    try:
+        base = root()
+        entries = sorted(base.iterdir())
+    except (OSError, RuntimeError):
+        return False
+    for path in entries:
+        data = read_json(path / OWNER) if path.is_dir() and not path.is_symlink() else None
+        if data and data.get("run_dir") == str(run_dir) and ProcessId.from_record(data.get("owner")) == process:
+            return True
+    return False
 
 
 def remove(path: Path) -> None:

@@ -23,7 +23,6 @@ import contextlib
 import fcntl
 import importlib.util
 import os
-import re
 import shlex
 import sys
 import time
@@ -33,11 +32,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mxc import tempdirs
 from mxc.errors import UserError, cannot_write
 from mxc.node import policy
 from mxc.node.contract import RunContract
 from mxc.node.secretscan import redact_secrets
-from mxc.runtime import detections
+from mxc.runtime import detections, kept_bundle
 from mxc.runtime.backends import (
     DEFAULT_PYTHON,
     Plan,
@@ -45,16 +45,18 @@ from mxc.runtime.backends import (
     allocate_run_dir,
     create_run_dir,
     first_record,
-    image_cache_env,
+    job_variables,
     pinned_code,
     recorded_environment,
     seed_checkpoint,
+    tensorboard_of,
 )
 from mxc.runtime.logs.metrics_merge import write_merged
 from mxc.runtime.provenance import hostfacts, training
 from mxc.runtime.provenance.environment import scrubbed
 from mxc.runtime.record import FINISHED, RunRecord, SlurmJob, SlurmState, iso_time, now_iso
 from mxc.runtime.rundir import RunDir
+from mxc.runtime.runpaths import Roots
 from mxc.runtime.slurm import events as slurm_events
 from mxc.runtime.slurm import query as slurm_query
 from mxc.runtime.slurm.query import JobState
@@ -100,12 +102,9 @@ def job_exports(request: RunRequest, run: RunDir, resubmits: int = 0) -> dict[st
     """The variables the job gets on top of the submitting environment (sbatch --export=ALL,...)."""
     contract = request.contract
     env = {
-        "MXC_BUNDLE_DIR": str(request.bundle.path),
-        "MXC_RUN_DIR": str(run.path),
+        **job_variables(request, run),
         "MXC_RUN_ID": run.run_id,
         "MXC_RESUBMITS": str(resubmits),
-        "MXC_JAX_CACHE": os.environ.get("MXC_JAX_CACHE") or str(request.home / "cache" / "jax"),
-        **image_cache_env(request.home),
     }
     if contract.container.kind == "native":
         python = node_python(contract)
@@ -166,15 +165,14 @@ class SlurmBackend:
             slurm=SlurmState(exports=scrubbed(exports), partition=contract.slurm.partition,
                              restart_max=contract.restart.max),
         )
-        record.tensorboard = str(run.tensorboard() / run.run_id)
-        create_run_dir(run, record)  # before submitting: a job never runs without its run directory and record
+        record.tensorboard = tensorboard_of(request, run)
+        create_run_dir(run, record, request.bundle)  # before submitting: never a job without its run directory
         try:
             seed_checkpoint(request, run)
             job_id = slurm_query.submit(plan.command)
         except BaseException:
-            import shutil
-
-            shutil.rmtree(run.path, ignore_errors=True)  # nothing was submitted: leave no run behind
+            with contextlib.suppress(OSError):
+                tempdirs.remove(run.path)  # nothing was submitted: leave no run behind
             raise
         slurm = record.slurm or SlurmState()
         slurm.job_id, slurm.jobs = job_id, [SlurmJob(job_id=job_id, submitted=now_iso())]
@@ -185,9 +183,8 @@ class SlurmBackend:
         except OSError as exc:  # a job nobody can follow: take it back
             with contextlib.suppress(Exception):
                 slurm_query.cancel(job_id)
-            import shutil
-
-            shutil.rmtree(run.path, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                tempdirs.remove(run.path)
             raise cannot_write(f"the record of run {run.run_id} (Slurm job {job_id} was cancelled)", exc) from None
         if not request.quiet:
             print(f"mxc: submitted Slurm job {job_id} for run {run.run_id}; follow it with: mxc logs {run.run_id} -f; "
@@ -265,8 +262,11 @@ def refresh(run: RunDir, snapshot: slurm_query.Snapshot | None = None) -> RunRec
     job that asked for it (the stored bundle, verified), send the alerts the change calls for.
     Only for commands whose job is to act (``mxc watch``, ``mxc cancel``). ``snapshot``: Slurm's
     state from one poll of many runs (``mxc watch``); without it, this run's own."""
+    from mxc.runtime import runs
+
+    runs.require_own(run, "save the record of, resubmit or alert for")  # the callers checked: defence in depth
     with _locked(run):
-        record = RunRecord.load(run.record)
+        record = runs.read_record(run)
         if record.final or record.backend != "slurm":
             return record
         before = record.model_copy(deep=True)
@@ -286,24 +286,15 @@ def _alert(run: RunDir, before: RunRecord, after: RunRecord) -> None:
     """No mxc process follows a Slurm job: ``mxc watch`` sends alerts when it sees a change."""
     from mxc.runtime import notify
 
-    try:
-        spec = _store(run).get(after.bundle).spec()
-    except UserError:
-        return  # the bundle left the store: no notify settings to follow
-    notify.notify_transition(spec, run, before, after)
-
-
-def _store(run: RunDir) -> Store:
-    """The store this run belongs to: ``<home>/runs/<run-id>`` -> ``<home>``."""
-    return Store(run.path.parent.parent)
+    spec = _spec_of(run, after)
+    if spec:  # else no copy of the bundle is left: no notify settings to follow
+        notify.notify_transition(spec, run, before, after)
 
 
 def _spec_of(run: RunDir, record: RunRecord) -> dict[str, Any]:
-    """The run's spec (which names its record may keep), or none when its bundle is gone from the store."""
-    try:
-        return dict(_store(run).get(record.bundle).spec())
-    except (OSError, ValueError, KeyError, UserError):
-        return {}
+    """The run's spec (its notify settings, which names its record may keep) from the bundle it ran:
+    its own copy, else the store's of this mxc (``runpaths.Roots``); none when neither is left."""
+    return dict(kept_bundle.spec_of(run, record, Roots.current().store()) or {})
 
 
 def _update(run: RunDir, record: RunRecord, snapshot: slurm_query.Snapshot,
@@ -402,8 +393,9 @@ def _resubmit(run: RunDir, record: RunRecord, request: dict[str, Any]) -> None:
     slurm = record.slurm = record.slurm or SlurmState()
     old = str(request.get("job_id"))
     resubmits = slurm.resubmits + 1
-    bundle = _verified_bundle(run, record)
-    exports = job_exports(RunRequest(home=_store(run).home, bundle=bundle, spec=bundle.spec()), run, resubmits)
+    roots = Roots.current()
+    bundle = _verified_bundle(run, record, roots.store())
+    exports = job_exports(RunRequest(home=roots.home, bundle=bundle, spec=bundle.spec()), run, resubmits)
     recorded = dict(slurm.exports)
     expected = scrubbed(exports)  # what mxc run recorded (secret-shaped parts redacted)
     differ = sorted(k for k in set(recorded) | set(expected) if k != "MXC_RESUBMITS" and recorded.get(k) != expected.get(k))
@@ -425,25 +417,26 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _verified_bundle(run: RunDir, record: RunRecord) -> StoredBundle:
-    """The run's bundle from the store, intact; a UserError names why not."""
-    digest = record.bundle
-    if not re.fullmatch(r"[0-9a-f]{64}", digest) or not run.run_id.endswith(digest[:8]):
-        raise UserError(f"run {run.run_id}: record.json names bundle {digest[:16]!r}, not this run's",
-                        "not resubmitting; the record was changed")
-    store = _store(run)
-    if not (store.bundles / digest).is_dir():
-        raise UserError(f"run {run.run_id}: bundle {digest[:12]} is no longer in the store; not resubmitting",
-                        f"rebuild it into {store.bundles}")
-    bundle = StoredBundle(digest, store.bundles / digest)
-    problems = store.verify(bundle)
-    if problems:
-        raise UserError(f"run {run.run_id}: bundle {digest[:12]} is damaged ({problems[0]}); not resubmitting",
-                        f"check it with: mxc verify {digest[:12]}")
-    return bundle
+def _verified_bundle(run: RunDir, record: RunRecord, store: Store) -> StoredBundle:
+    """The run's bundle in the store of this mxc, intact (put back from the run's own copy when it
+    left the store); a UserError names why not."""
+    try:
+        return kept_bundle.in_store(run, record, store)
+    except UserError as exc:
+        raise UserError(f"run {run.run_id}: {exc.args[0]}; not resubmitting", exc.suggestion) from None
 
 
 # ---- cancel
+
+
+def _require_job_of(run: RunDir, job_id: str) -> None:
+    """The job a record names is cancelled only when Slurm says it runs in this run's directory
+    (``sbatch --chdir``): a record is a file others may write, Slurm's own data is not."""
+    where = slurm_query.work_dir(job_id)
+    if where is None or os.path.realpath(where) != os.path.realpath(run.path):
+        seen = f"runs in {where}" if where else "is not known to Slurm as a job in it"
+        raise UserError(f"run {run.run_id}: Slurm job {job_id}, which its record names, {seen}: not cancelling it",
+                        "cancel the job yourself if it is this run's: scancel JOBID")
 
 
 def cancel(run: RunDir, timeout: float = 60) -> RunRecord:
@@ -451,8 +444,10 @@ def cancel(run: RunDir, timeout: float = 60) -> RunRecord:
     record = refresh(run)
     if record.final:
         raise UserError(f"run {run.run_id} already ended ({record.status})")
-    (run.path / slurm_events.CANCEL_REQUEST).write_text(now_iso() + "\n")
     job_id = record.slurm.job_id if record.slurm and record.slurm.job_id else ""
+    if job_id:
+        _require_job_of(run, job_id)
+    (run.path / slurm_events.CANCEL_REQUEST).write_text(now_iso() + "\n")
     if job_id:
         slurm_query.cancel(job_id)
     deadline = time.monotonic() + timeout

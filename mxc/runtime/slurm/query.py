@@ -239,6 +239,16 @@ def poll(live: Sequence[tuple[str, Sequence[str], bool]], memo: Path | None = No
     return Snapshot({**accounted, **states}, histories)
 
 
+def work_dir(job_id: str) -> str | None:
+    """The working directory Slurm has for a job it still knows (``squeue -O WorkDir``): mxc submits
+    every job with ``--chdir`` its run directory, so this proves whose job it is. None: unknown."""
+    if not _JOB_ID.fullmatch(job_id) or not shutil.which("squeue"):
+        return None
+    proc = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-O", "WorkDir:|"])
+    lines = [line.rstrip("|").strip() for line in proc.stdout.splitlines() if line.strip()]
+    return lines[0] if proc.returncode == 0 and len(lines) == 1 and lines[0] else None
+
+
 def cancel(job_id: str) -> None:
     require("scancel")
     proc = _run(["scancel", job_id])

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from mxc.compiler.diff import Change, diff_specs
-from mxc.node import integrity
 from mxc.runtime import detections
 from mxc.runtime.logs.metrics_merge import LOSS_KEY, read_lines
 from mxc.runtime.provenance import training
@@ -24,6 +23,7 @@ from mxc.runtime.provenance.hostfacts import Drift
 from mxc.runtime.provenance.hostfacts import compare as compare_facts
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
+from mxc.store import Store
 
 STEP_TIME_KEY = "perf/step_time_seconds"
 WARMUP_STEPS = 2  # step 0 compiles and step 1 often recompiles: not part of the step time
@@ -138,29 +138,28 @@ class Comparison:
         }
 
 
-def _spec(bundles: Path, record: RunRecord, notes: list[str]) -> dict[str, Any]:
-    from mxc.errors import UserError
-    from mxc.store import Store
+def _spec(store: Store, run: RunDir, record: RunRecord, notes: list[str]) -> dict[str, Any]:
+    """The spec of the bundle the run ran: the run's own copy, else the store's, each verified
+    against the record's hash (record.json only names the bundle)."""
+    from mxc.runtime import kept_bundle
 
-    try:  # the store's verified copy: record.json only names the bundle
-        if not integrity.valid_hash(record.bundle):
-            raise UserError("not a bundle hash")
-        return Store(bundles.parent).get(record.bundle).spec()
-    except UserError:
-        notes.append(f"run {record.run_id}: its bundle {record.bundle[:12]} is not in the store (or damaged); "
-                     "spec fields not compared")
+    spec = kept_bundle.spec_of(run, record, store)
+    if spec is None:
+        notes.append(f"run {record.run_id}: its bundle {record.bundle[:12]} is neither in the run directory nor in "
+                     "the store (or damaged); spec fields not compared")
         return {}
+    return dict(spec)
 
 
 def facts(record: RunRecord) -> dict[str, Any]:
     return {"host": record.host or {}, "image": record.image or {}, "code": record.code or {}}
 
 
-def compare_runs(bundles: Path, a: tuple[RunDir, RunRecord], b: tuple[RunDir, RunRecord],
+def compare_runs(store: Store, a: tuple[RunDir, RunRecord], b: tuple[RunDir, RunRecord],
                  rtol: float = 1e-5, atol: float = 1e-8) -> Comparison:
     (run_a, rec_a), (run_b, rec_b) = a, b
     notes: list[str] = []
-    spec_a, spec_b = _spec(bundles, rec_a, notes), _spec(bundles, rec_b, notes)
+    spec_a, spec_b = _spec(store, run_a, rec_a, notes), _spec(store, run_b, rec_b, notes)
     changes = diff_specs(spec_a, spec_b) if spec_a and spec_b else []
     drift = (detections.drift(rec_a.detected, rec_b.detected) + compare_facts(facts(rec_a), facts(rec_b))
              + training.drift(rec_a, rec_b))
