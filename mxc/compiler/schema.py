@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from mxc.compiler import container_options, env_policy, slurm_env
+from mxc.compiler import container_options, container_policy, env_policy, slurm_env
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.gitrepo import repo_problem
@@ -472,7 +472,7 @@ class ContainerOptions(Strict):
 class Runtime(AddedFields):
     """Where and how the bundle runs."""
 
-    added_fields = ("optional_mounts", "container_options")
+    added_fields = ("optional_mounts", "container_options", "allow_dangerous")
 
     backend: Literal["local", "slurm"] = Field("local", description="local: this machine; slurm: sbatch")
     container: Literal["apptainer", "podman", "docker", "native"] = Field(
@@ -495,6 +495,23 @@ class Runtime(AddedFields):
         "/dev/shm size, capabilities (docs/containers.md)")
     cores: CoreDumps = Field(default_factory=CoreDumps)
     hang: HangWatch = Field(default_factory=HangWatch)
+    allow_dangerous: list[Annotated[str, StringConstraints(max_length=4200)]] = Field(
+        default_factory=list, description="container options that reach the host, given on purpose, each as "
+        "field:value: cap_add:SYS_ADMIN, devices:/dev/sda, group_add:docker, mounts:/:/host, "
+        "optional_mounts:/dev:/dev; reported by mxc check (container-dangerous), mxc build and mxc show "
+        "(docs/security.md)")
+
+    @model_validator(mode="after")
+    def _host_stays_outside(self) -> Self:
+        """Capabilities, devices, mounts and groups that give the container the host
+        (mxc/compiler/container_policy.py)."""
+        o = self.container_options
+        found = container_policy.problems(o.cap_add, o.devices, o.group_add, self.mounts, self.optional_mounts,
+                                          self.allow_dangerous)
+        if found:
+            where, why = found[0]
+            raise ValueError(f"{where}: {why}")
+        return self
 
 
 class Alerts(Strict):
