@@ -33,7 +33,7 @@ SETS = ("observability.enabled=true", "observability.scrape_interval=1", "observ
         f"runtime.hang.step_timeout={STEP_TIMEOUT}", "runtime.preflight.stale_processes=false", "checkpoint.period=0")
 
 
-def supervise(tmp_path: Path, restarts: int, py_spy: bool = True) -> tuple[RunDir, RunRecord]:
+def supervise(tmp_path: Path, restarts: int, py_spy: bool = True, trainer: str = "stall") -> tuple[RunDir, RunRecord]:
     bundle = compile_spec(str(REPO / "specs" / "tiny.yaml"), lambda p: Path(p).read_bytes(),
                           (*SETS, f"restart.max={restarts}"), mxc_version="test")
     stored, _ = Store(tmp_path / "home").put(bundle.files, bundle.hash)
@@ -54,7 +54,7 @@ def supervise(tmp_path: Path, restarts: int, py_spy: bool = True) -> tuple[RunDi
                        started=now_iso(), command=argv)
     record.save(run.record)
     env = {**os.environ, "PATH": os.pathsep.join(path), "MXC_RUN_DIR": str(run.path), "MXC_BUNDLE_DIR": str(stored.path),
-           "MXC_PYTHON": str(python), "MXCTEST_TRAINER": "*=stall"}
+           "MXC_PYTHON": str(python), "MXCTEST_TRAINER": f"*={trainer}"}
     config = SupervisorConfig(argv=argv, env=env, cwd=run.path, restart=contract.restart, total_steps=None,
                               checkpoints=run.output / run.run_id / "checkpoints", grace_seconds=5)
     observer = Observability(contract.observability, contract.name)

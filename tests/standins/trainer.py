@@ -7,7 +7,9 @@ What it does is chosen per attempt and rank by ``MXCTEST_TRAINER``: comma-separa
 * ``silent``: prints nothing and waits for ever, as a rank hung in NCCL/RCCL initialisation does;
 * ``nccl``: XLA's collective termination message (xla/service/rendezvous.cc) and its exit code 42;
 * ``error``: one step, then a Python exception (an application error), exit 1;
-* ``stall``: three steps, then waits for ever in ``stuck_in_collective`` (a hang after the first step).
+* ``stall``: three steps, then waits for ever in ``stuck_in_collective`` (a hang after the first step);
+* ``stop``: three steps, then stops itself (SIGSTOP) in ``stopped_in_collective``, as a rank someone
+  stopped, or one the kernel froze, looks.
 
 It records the start in ``$MXC_RUN_DIR/standin.attempt-A.rank-R`` (its pid), so tests can wait on it;
 with ``MXCTEST_ENV_DUMP`` set, it also dumps its whole environment into ``$MXC_RUN_DIR/environment.attempt-A.rank-R.json``
@@ -16,6 +18,7 @@ with ``MXCTEST_ENV_DUMP`` set, it also dumps its whole environment into ``$MXC_R
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -52,6 +55,12 @@ def stuck_in_collective() -> None:
         time.sleep(0.5)
 
 
+def stopped_in_collective() -> None:
+    os.kill(os.getpid(), signal.SIGSTOP)
+    while True:
+        time.sleep(0.5)
+
+
 def main() -> int:
     run, attempt, rank = os.environ["MXC_RUN_DIR"], os.environ.get("MXC_ATTEMPT", "0"), os.environ.get("MXC_RANK", "0")
     with open(os.path.join(run, f"standin.attempt-{attempt}.rank-{rank}"), "w") as fh:
@@ -74,6 +83,8 @@ def main() -> int:
         step(n)
     if what == "stall":
         stuck_in_collective()
+    if what == "stop":
+        stopped_in_collective()
     return 0
 
 
