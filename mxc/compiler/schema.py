@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from mxc.compiler import container_options, container_policy, env_policy, slurm_env
+from mxc.compiler import container_options, container_policy, env_policy, sbatch_extra, slurm_env
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.gitrepo import repo_problem
@@ -260,6 +260,16 @@ class Model(AddedFields):
                 raise ValueError(f"'{key}' is not a MaxText config key (lower_snake_case)")
         return value
 
+    @field_validator("config")
+    @classmethod
+    def _inside_the_configs(cls, value: str) -> str:
+        """model.config names a file of the MaxText that runs: a path that climbs out (or starts at /)
+        makes the trainer read any file of the node as its config."""
+        if value.startswith("/") or any(part == ".." for part in value.replace("\\", "/").split("/")):
+            raise ValueError(f"'{value[:80]}' leaves code.entry.configs (absolute, or a '..' segment); name a file "
+                             "inside it, or a file of your own with model.config_file")
+        return value
+
     @model_validator(mode="after")
     def _one_config(self) -> Self:
         if self.config_file is not None and "config" in self.model_fields_set:
@@ -386,6 +396,15 @@ class Resources(AddedFields):
         "job.sbatch before the job step starts, e.g. {SLURM_TREE_WIDTH: 128}: SLURM_*, SRUN_*, PMIX_* and PMI_* "
         "names, not those Slurm sets for the job (docs/containers.md)"
     )
+
+    @model_validator(mode="after")
+    def _extra_does_not_break_the_job(self) -> Self:
+        """sbatch options that change what mxc's job relies on (mxc/compiler/sbatch_extra.py)."""
+        for i, option in enumerate(self.sbatch_extra):
+            why = sbatch_extra.problem(option)
+            if why:
+                raise ValueError(f"sbatch_extra.{i}: {why}")
+        return self
 
     @field_validator("slurm_env")
     @classmethod

@@ -64,6 +64,7 @@ RULES: tuple[Rule, ...] = (
     Rule("fp8-hardware", "error", rules_resources.fp8_hardware, frozenset({"model", "code", "resources"})),
     Rule("checkpoint-time", "error", rules_resources.checkpoint_time, _SHAPE | {"checkpoint", "runtime"}),
     Rule("restart-checkpoint", "warning", rules_resources.restart_checkpoint, frozenset({"restart", "checkpoint"})),
+    Rule("sbatch-extra", "warning", rules_resources.sbatch_extra_noted, frozenset({"resources"})),
     Rule("notify-destination", "error", rules_notify.notify_destination, frozenset({"notify"})),
     Rule("container-privileged", "warning", rules_container.container_privileged, frozenset({"runtime"})),
     Rule("container-dangerous", "note", rules_container.container_dangerous, frozenset({"runtime"})),
