@@ -266,7 +266,7 @@ def test_imported_specs_load_back_as_intended(config: str, model: str, image: st
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(name=st.from_regex(r"[A-Za-z0-9_.-]{1,20}", fullmatch=True)
-       | st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=30),
+       | st.text(st.characters(codec="utf-8", blacklist_characters="/\x00"), min_size=1, max_size=30),
        config=st.sampled_from(["", "model_name: x\n", "steps: 3\n", "[1, 2]\n", "a: !!python/name:os.system\n",
                                "\u2028: 1\n", "base_output_directory: /x\n"]),
        env_text=SHELLISH)

@@ -170,7 +170,7 @@ def dump_stacks(pids: list[int], out_dir: Path, tag: str, log: Path | None = Non
 def stopped(pid: int, proc: Path = Path("/proc")) -> bool:
     """Whether the process is stopped by a signal (SIGSTOP, SIGTSTP; state T)."""
     fields = sysread.process_stat(proc, pid)
-    return bool(fields) and fields[0] == "T"
+    return fields is not None and len(fields) > 0 and fields[0] == "T"
 
 
 def _dump_one(pid: int, out: Path, spy: str | None, log: Path | None, proc: Path, last_resort: bool) -> StackDump:
