@@ -15,31 +15,13 @@ import pytest
 
 from tests.conftest import Mxc
 from tests.test_attacks_input import compile_files, errors_of
-
-DIGEST = "sha256:" + "ab" * 32
-SPEC = """\
-schema: mxc/v1
-name: ctr
-image:
-  ref: registry.example/maxtext:rocm
-  digest: {digest}
-code:
-  repo: https://github.com/AI-Hypercomputer/maxtext.git
-  commit: {commit}
-model:
-  model_name: default
-  overrides:
-    steps: 5
-resources:
-  gpus_per_node: 2
-  gpu_vendor: amd
-runtime:
-  container: {kind}
-""".format(digest=DIGEST, commit="c" * 40, kind="{kind}")
+from tests.test_containers import COMMIT, CONTAINER_SPEC, DIGEST
 
 
 def spec(runtime: str, kind: str = "podman") -> dict[str, str | bytes]:
-    return {"spec.yaml": SPEC.format(kind=kind) + runtime}
+    """test_containers.py's container spec with ``runtime`` added to its runtime section."""
+    return {"spec.yaml": CONTAINER_SPEC.format(kind=kind, env_extra="", runtime_extra=runtime, resources_extra="",
+                                               ref="registry.example/maxtext:rocm", digest=DIGEST, commit=COMMIT)}
 
 
 def options(**fields: str) -> str:
@@ -153,7 +135,7 @@ def test_what_training_needs_builds_without_an_opt_in() -> None:
 def test_check_shows_the_refusal_as_an_error_and_the_opt_in_as_a_note(mxc: Mxc, mxc_home: Path,
                                                                       tmp_path: Path) -> None:
     path = tmp_path / "spec.yaml"
-    path.write_text(SPEC.format(kind="podman") + options(cap_add="[SYS_ADMIN]") + "  mounts: ['/:/host']\n")
+    path.write_text(str(spec(options(cap_add="[SYS_ADMIN]") + "  mounts: ['/:/host']\n")["spec.yaml"]))
     checked = mxc("check", str(path), cwd=tmp_path)
     assert checked.returncode == 1, checked.stdout
     assert re.search(r"spec\.yaml:\d+: runtime\.container_options\.cap_add\.0: error\[schema\]: CAP_SYS_ADMIN",
@@ -162,8 +144,8 @@ def test_check_shows_the_refusal_as_an_error_and_the_opt_in_as_a_note(mxc: Mxc, 
     assert built.returncode == 2 and "CAP_SYS_ADMIN reaches outside" in built.stderr
     assert not (mxc_home / "bundles").exists() or not any((mxc_home / "bundles").iterdir())
 
-    path.write_text(SPEC.format(kind="podman") + options(cap_add="[SYS_ADMIN]") + "  mounts: ['/:/host']\n"
-                    "  allow_dangerous: ['cap_add:SYS_ADMIN', 'mounts:/:/host']\n")
+    path.write_text(str(spec(options(cap_add="[SYS_ADMIN]") + "  mounts: ['/:/host']\n"
+                             "  allow_dangerous: ['cap_add:SYS_ADMIN', 'mounts:/:/host']\n")["spec.yaml"]))
     built = mxc("build", str(path), cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     notice = "runtime.allow_dangerous: cap_add:SYS_ADMIN, mounts:/:/host given to the container on purpose"

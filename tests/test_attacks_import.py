@@ -20,10 +20,12 @@ import pytest
 from mxc.compiler.loader import load_yaml
 from mxc.importers import maxtext_slurm as ms
 from tests.conftest import Mxc
+from tests.test_attacks_input import SECRET, outside
+
+__all__ = ["outside"]  # the fixture, imported for the tests below
 
 FIXTURES = Path(__file__).parent / "fixtures" / "maxtext_slurm"
 DIGEST = "sha256:" + "ab" * 32
-SECRET = "hunter2-private-line"
 
 
 @pytest.fixture
@@ -38,14 +40,10 @@ def checkout(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def private(tmp_path: Path) -> Path:
-    """A file of the victim's outside the checkout, readable by them alone."""
-    home = tmp_path / "home"
-    home.mkdir()
-    secret = home / "credentials.sh"
-    secret.write_text(f"export API_KEY={SECRET}\ncurl https://x/{SECRET}\n")
-    secret.chmod(0o600)
-    return secret
+def private(outside: Path) -> Path:
+    """A file of the victim's outside the checkout (test_attacks_input's), readable by them alone."""
+    outside.chmod(0o600)
+    return outside
 
 
 def run_import(mxc: Mxc, repo: Path, config: str, *extra: str) -> tuple[Path, object]:
