@@ -27,6 +27,11 @@ from tests.test_node_stacks import STUCK
 from tests.test_observe_hang import standin_pid, supervise
 
 
+def state(pid: int) -> str:
+    """The process's state letter in /proc/<pid>/stat (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 @pytest.fixture
 def stopped(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     """A Python process stuck in ``stuck_in_collective``, then stopped by SIGSTOP (waited for as an event)."""
@@ -49,7 +54,7 @@ def stopped(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
 
 def test_the_hang_watch_reads_a_stopped_process_and_says_it_resumed_it(stopped: subprocess.Popen[str],
                                                                         tmp_path: Path) -> None:
-    assert stacks.stopped(stopped.pid)
+    assert state(stopped.pid) == "T"
     [dump] = stacks.dump_stacks([stopped.pid], tmp_path / "stacks", "hang.rank-0.attempt-0",
                                 log=tmp_path / "train.log")
     text = dump.path.read_text()
@@ -61,7 +66,7 @@ def test_the_hang_watch_reads_a_stopped_process_and_says_it_resumed_it(stopped: 
 def test_mxc_stacks_never_resumes_a_stopped_process(stopped: subprocess.Popen[str], tmp_path: Path) -> None:
     [dump] = stacks.dump_stacks([stopped.pid], tmp_path / "stacks", "rank-0", last_resort=False)
     assert not dump.ok and "it is stopped (SIGSTOP or a debugger)" in dump.path.read_text()
-    assert stacks.stopped(stopped.pid) and stopped.poll() is None  # still stopped, still there
+    assert state(stopped.pid) == "T" and stopped.poll() is None  # still stopped, still there
 
 
 def test_a_stopped_trainer_is_caught_as_a_hang_and_its_stacks_are_saved(tmp_path: Path) -> None:
