@@ -167,10 +167,24 @@ def cancel_all(home: Home, runs: list[Path], procs: list[subprocess.Popen[str]])
     return everything
 
 
-def none_left(pids: set[int]) -> None:
-    left = [f"{pid} {comm(pid)}" for pid in pids
-            if Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"]
-    assert left == [], "no process of a run outlives it"
+def alive(pids: set[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out.append(f"{pid} {comm(pid)}")
+        except OSError:
+            pass
+    return out
+
+
+def none_left(pids: set[int], timeout: float = 300) -> None:
+    """Every process of the runs exits: `mxc run` returns once the record is final, while the run's
+    supervisor still stops Prometheus and Ray and removes Ray's directory (waited for: their exits)."""
+    deadline = time.monotonic() + timeout
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive(pids) == [], "no process of a run outlives it"
 
 
 def test_two_observed_runs_of_one_bundle_listen_on_loopback_apart_and_leave_nothing(tmp_path: Path) -> None:
@@ -221,5 +235,5 @@ def test_an_observed_runs_ray_listens_on_loopback_and_its_temp_dir_goes_with_it(
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    assert not temp.exists(), "Ray's temporary directory is removed at the end"
     none_left(everything)
+    assert not temp.exists(), "Ray's temporary directory is removed at the end"
