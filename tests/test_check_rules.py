@@ -430,3 +430,13 @@ def test_container_privileged_is_reported_and_nothing_without_it() -> None:
     (f,) = of_rule(check(podman)[0], "container-privileged")
     assert f.severity == "warning" and f.key == "runtime.container_options.privileged" and "--privileged" in f.message
     assert not of_rule(check(spec(GPU_SPEC, runtime__container="podman"))[0], "container-privileged")
+
+
+# --- container-dangerous -----------------------------------------------------------------------
+
+def test_container_dangerous_reports_each_opt_in_and_nothing_without_it() -> None:
+    opted = spec(GPU_SPEC, runtime__container="podman", runtime__container_options={"cap_add": ["SYS_ADMIN"]},
+                 runtime__allow_dangerous=["cap_add:SYS_ADMIN"])
+    (f,) = of_rule(check(opted)[0], "container-dangerous")
+    assert f.severity == "note" and f.key == "runtime.allow_dangerous.0" and "cap_add:SYS_ADMIN" in f.message
+    assert not of_rule(check(spec(GPU_SPEC, runtime__container="podman"))[0], "container-dangerous")

@@ -10,8 +10,10 @@ traceback and nothing written under MXC_HOME.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -207,3 +209,98 @@ def test_cli_exit_2_one_line_per_problem_and_nothing_written(index: int, tmp_pat
     lines = out.stderr.splitlines()
     assert len(lines) == len(expected.errors) + 1 and lines[-1].endswith("nothing was written"), out.stderr
     assert store_snapshot(home) == []
+
+
+# ---- the importer's inputs (issue 25): file names and contents of a MaxText-Slurm checkout ---------
+
+IMPORT_FIXTURES = REPO / "tests" / "fixtures" / "maxtext_slurm"
+SHELLISH = st.lists(st.sampled_from([
+    *"abcXYZ_019 =:-.,'\"$`\\{}()[];&|<>#!\n\t", "export ", "XLA_FLAGS=\"$XLA_FLAGS --xla_x=1\"", "if [ x ]; then\n",
+    "fi\n", "f() {\n", "}\n", "<<EOF\n",
+    "EOF\n", "source x\n", "${A:-b}", "$(cmd)", "\\\n", "NCCL_DEBUG=WARN\n", "\u2028", "\x85", "\x1b[2J", "\x00",
+]), max_size=60).map("".join)
+ENV_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)
+ANY_TEXT = st.text(max_size=40)
+
+
+@FUZZ
+@given(SHELLISH)
+def test_env_files_are_parsed_or_reported_never_crash(text: str) -> None:
+    from mxc.importers import maxtext_slurm as ms
+
+    result = ms.parse_env("train_env.sh", text)
+    lines = max(1, len(text.splitlines()))
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) for name in result.vars)
+    assert all(1 <= s.line <= lines or s.text == "..." for s in result.skipped)
+
+
+@FUZZ
+@given(config=ANY_TEXT, model=ANY_TEXT, image=ANY_TEXT, digest=ANY_TEXT, source=ANY_TEXT,
+       env_vars=st.dictionaries(ENV_NAME, ANY_TEXT, max_size=4), flags=st.dictionaries(ENV_NAME, ANY_TEXT, max_size=3))
+def test_imported_specs_load_back_as_intended(config: str, model: str, image: str, digest: str, source: str,
+                                              env_vars: dict[str, str], flags: dict[str, str]) -> None:
+    """Whatever the names and values, the spec the importer writes loads back to exactly them: no key
+    added, none changed (PyYAML, the library mxc's loader uses; mxc's loader then loads the same data or
+    refuses a character it never accepts, as one SpecErrors)."""
+    import yaml
+
+    from mxc.compiler.loader import load_yaml
+    from mxc.importers import maxtext_slurm as ms
+
+    xla = {f"xla_{k.lower()}": v for k, v in flags.items()}
+    env = ms.EnvImport(vars=env_vars, xla_flags=xla, sources=[source])
+    env.skipped.append(ms.Skipped(source, 1, config, model))
+    inputs = ms.SpecInputs(name="n", config_name=config, config_source=source, image=image, digest=digest or None,
+                           facts=ms.ConfigFacts(model_name=model, checkpoint_period=0, nodes=1, keys=0), env=env,
+                           nodes=1, container="podman")
+    text = ms.spec_text(inputs)
+    loaded = yaml.safe_load(text)
+    assert set(loaded) == {"schema", "name", "description", "image", "code", "model", "env", "resources", "runtime"}
+    assert loaded["image"] == ({"ref": image, "digest": digest} if digest else {"ref": image})
+    assert loaded["model"] == {"model_name": model, "config_file": config}
+    assert (loaded["env"] or {}) == {**({"vars": env_vars} if env_vars else {}), **({"xla_flags": xla} if xla else {})}
+    with contextlib.suppress(SpecErrors):  # mxc's loader refuses some characters outright (NEL, U+2028, ...)
+        assert load_yaml("s.yaml", text).data == loaded
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(name=st.from_regex(r"[A-Za-z0-9_.-]{1,20}", fullmatch=True)
+       | st.text(st.characters(codec="utf-8", blacklist_characters="/\x00"), min_size=1, max_size=30),
+       config=st.sampled_from(["", "model_name: x\n", "steps: 3\n", "[1, 2]\n", "a: !!python/name:os.system\n",
+                               "\u2028: 1\n", "base_output_directory: /x\n"]),
+       env_text=SHELLISH)
+def test_the_importer_writes_a_spec_or_one_error_for_any_file_name_and_content(
+        name: str, config: str, env_text: str) -> None:
+    """The real command, in-process, on a checkout whose config file name, config text and env file are
+    arbitrary: exit 0 with a spec whose config_file is that name and a verbatim copy, or exit 2 with
+    nothing written; never a traceback."""
+    import io
+    import tempfile
+
+    import yaml
+
+    from mxc.cli.main import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "repo"
+        (repo / ".git").mkdir(parents=True)
+        (repo / "configs").mkdir()
+        config_path = repo / "configs" / (name + ".gpu.yml")
+        if len(os.fsencode(config_path.name)) > 255:
+            return
+        text = (IMPORT_FIXTURES / "configs" / "llama2-70b.gpu.yml").read_text() + config
+        config_path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        (repo / "train_env.sh").write_text(env_text, encoding="utf-8", errors="surrogatepass")
+        out = Path(tmp) / "specs" / "s.yaml"
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["import", "maxtext-slurm", str(config_path), "--env", str(repo / "train_env.sh"),
+                         "-o", str(out), "--digest", "sha256:" + "ab" * 32])
+        assert code in (0, 2), err.getvalue()
+        if code == 2:
+            assert not out.exists() and not (out.parent / config_path.name).exists()
+            assert err.getvalue().count("\n") >= 1 and "Traceback" not in err.getvalue()
+            return
+        assert yaml.safe_load(out.read_text())["model"]["config_file"] == config_path.name
+        assert (out.parent / config_path.name).read_text() == text

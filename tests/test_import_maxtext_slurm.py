@@ -124,7 +124,7 @@ def test_nodes_steps_and_model_come_from_the_config(mxc: Mxc, tmp_path: Path) ->
     spec, out = imported(mxc, tmp_path, "grok-2", "--nodes", "8", "--container", "apptainer", "--force")
     assert out.returncode == 0, out.stderr
     text = spec.read_text()
-    assert '  model_name: "default"\n' in text and "  nodes: 8\n" in text and "  container: apptainer\n" in text
+    assert '  model_name: "default"\n' in text and "  nodes: 8\n" in text and '  container: "apptainer"\n' in text
     assert "MAXTEXT_PATCH_BRANCH" in out.stderr and "code.repo + code.ref" in out.stderr
 
 
@@ -249,4 +249,4 @@ def test_nothing_in_an_env_file_or_a_path_can_add_keys_through_the_report(mxc: M
     text = spec.read_text()
     assert "\u2028" not in text and "\x85" not in text and "\\u2028name: evil.sh" in text
     assert [line for line in text.splitlines() if line.startswith(("name:", "schema:"))] == \
-        ["schema: mxc/v1", "name: llama2-70b"]
+        ["schema: mxc/v1", 'name: "llama2-70b"']

@@ -48,20 +48,43 @@ def test_python_pids_of_a_process_group(tmp_path: Path) -> None:
     assert stacks.python_pids(300, proc) == []
 
 
-@pytest.fixture
-def stuck(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
-    """A Python process in its own process group, stuck in ``stuck_in_collective``; stderr to a log."""
-    log = tmp_path / "train.log"
+def start_stuck(log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """A Python process in its own process group, stuck in ``stuck_in_collective``; stderr to ``log``."""
     with open(log, "w") as err:
         child = subprocess.Popen([sys.executable, "-c", STUCK], stdout=subprocess.PIPE, stderr=err, text=True,
-                                 start_new_session=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+                                 start_new_session=True, env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})})
     assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    return child
+
+
+def end(child: subprocess.Popen[str]) -> None:
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+@pytest.fixture
+def stuck(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    log = tmp_path / "train.log"
+    child = start_stuck(log)
     try:
         yield child, log
     finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+        end(child)
+
+
+@pytest.fixture
+def trainers(tmp_path: Path) -> Iterator[tuple[Path, list[subprocess.Popen[str]], Path]]:
+    """A run directory and two stuck trainers of it (ranks 0 and 1, attempt 0: the markers the node
+    program gives a rank's training in their environment)."""
+    run = tmp_path / "run"
+    children = [start_stuck(tmp_path / f"train.{rank}.log", {"MXC_RUN_DIR": str(run), "MXC_RANK": str(rank),
+                                                              "MXC_ATTEMPT": "0"}) for rank in (0, 1)]
+    try:
+        yield run, children, tmp_path / "train.1.log"
+    finally:
+        for child in children:
+            end(child)
 
 
 def test_python_pids_of_a_real_group(stuck: tuple[subprocess.Popen[str], Path]) -> None:
@@ -136,13 +159,12 @@ def _record(run: Path, rank: int, node: str, pid: int, **changes: object) -> Non
         path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
 
-def test_live_trainers_by_identity_and_node(stuck: tuple[subprocess.Popen[str], Path], tmp_path: Path) -> None:
-    child, _ = stuck
-    run = tmp_path / "run"
-    _record(run, 0, "node1", child.pid)
-    _record(run, 1, "node2", child.pid)
-    _record(run, 2, "node1", child.pid, start_ticks=1)  # the pid now names another process: not the trainer
-    _record(run, 3, "node1", child.pid, boot_id="an-earlier-boot")
+def test_live_trainers_by_identity_and_node(trainers: tuple[Path, list[subprocess.Popen[str]], Path]) -> None:
+    run, (zero, one), _ = trainers
+    _record(run, 0, "node1", zero.pid)
+    _record(run, 1, "node2", one.pid)
+    _record(run, 2, "node1", zero.pid, start_ticks=1)  # the pid now names another process: not the trainer
+    _record(run, 3, "node1", zero.pid, boot_id="an-earlier-boot")
     (run / "ranks" / "4").mkdir()  # a rank that never started its trainer
     (run / "ranks" / "5").mkdir()
     (run / "ranks" / "5" / "trainer.json").write_text("{not json")
@@ -151,11 +173,11 @@ def test_live_trainers_by_identity_and_node(stuck: tuple[subprocess.Popen[str], 
     assert livestacks.live_trainers(run, "node3") == []
 
 
-def test_node_program_dumps_its_nodes_trainers(stuck: tuple[subprocess.Popen[str], Path], tmp_path: Path) -> None:
+def test_node_program_dumps_its_nodes_trainers(trainers: tuple[Path, list[subprocess.Popen[str]], Path]) -> None:
     """``mxc_node stacks RUN OUT`` as srun starts it on each node: this node's ranks only, read by py-spy."""
-    child, log = stuck
-    run, out = tmp_path / "run", tmp_path / "run" / "stacks" / "now"
-    _record(run, 0, "node1", child.pid)
+    run, (zero, child), log = trainers
+    out = run / "stacks" / "now"
+    _record(run, 0, "node1", zero.pid)
     _record(run, 1, "node2", child.pid)
     node_main = Path(stacks.__file__).with_name("__main__.py")
     done = subprocess.run([sys.executable, "-E", "-s", "-B", str(node_main), "stacks", str(run), str(out)],

@@ -143,7 +143,8 @@ def test_slurm_nodes_that_do_not_answer_are_reported(mxc: Mxc, mxc_home: Path, t
     from mxc.node import livestacks, stacks
 
     run, fake = _slurm_run_with_stand_ins(mxc, mxc_home, tmp_path, "303", FAKE_SRUN)
-    child = subprocess.Popen([sys.executable, "-c", "import time\ndef waits_here():\n  time.sleep(3600)\nwaits_here()"])
+    child = subprocess.Popen([sys.executable, "-c", "import time\ndef waits_here():\n  time.sleep(3600)\nwaits_here()"],
+                             env={**os.environ, "MXC_RUN_DIR": str(run), "MXC_RANK": "0", "MXC_ATTEMPT": "0"})
     try:
         livestacks.record_trainer(run, 0, "node1", 0, child.pid, [], stacks.find_py_spy())
         livestacks.record_trainer(run, 1, "node2", 0, child.pid, [], stacks.find_py_spy())
@@ -186,7 +187,8 @@ def test_forged_node_lists_are_skipped_and_said(mxc: Mxc, mxc_home: Path, tmp_pa
     from mxc.node import livestacks, stacks
 
     run, fake = _slurm_run_with_stand_ins(mxc, mxc_home, tmp_path, "304", FORGED_SRUN)
-    child = subprocess.Popen([sys.executable, "-c", "import time\ndef waits_here():\n  time.sleep(3600)\nwaits_here()"])
+    child = subprocess.Popen([sys.executable, "-c", "import time\ndef waits_here():\n  time.sleep(3600)\nwaits_here()"],
+                             env={**os.environ, "MXC_RUN_DIR": str(run), "MXC_RANK": "0", "MXC_ATTEMPT": "0"})
     try:
         livestacks.record_trainer(run, 0, "node1", 0, child.pid, [], stacks.find_py_spy())
         out = mxc("stacks", run.name, env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",

@@ -11,7 +11,7 @@ import pathlib
 import sys
 from typing import Any
 
-from mxc.compiler import env_policy, limits
+from mxc.compiler import container_policy, env_policy, limits
 from mxc.compiler.schema import RESERVED_OVERRIDES, JobSpec
 from mxc.node import envboundary
 
@@ -99,7 +99,15 @@ def input_rules() -> list[str]:
         f"{_names(env_policy.SAFE_CONTAINER_SETTINGS, ())}). A spec sets one only by also listing it in",
         "  `env.allow_dangerous`; `mxc check` then reports it (note `env-dangerous`), `mxc build` and",
         "  `mxc show` print it, and spec.json in the bundle holds it;",
-        f"- search paths {_names(env_policy.SEARCH_PATHS, ())}: allowed; every entry is an absolute directory;",
+        "- also dangerous, each for its own reason: libraries that load a shared object the value names",
+        f"  ({_names(frozenset(env_policy.CODE_LOADING), ())}, and `NCCL_*_PLUGIN`/`RCCL_*_PLUGIN` when the value",
+        "  is a path: a plain plugin name is looked up on the library search path), and variables that name a",
+        f"  command a tool runs ({_names(env_policy.COMMANDS, env_policy.COMMAND_PREFIXES)});",
+        f"- search paths {_names(env_policy.SEARCH_PATHS, ())}: allowed; every entry is an absolute directory,",
+        f"  and one that is, or is under, a directory every user can write ({', '.join(env_policy.WORLD_WRITABLE)})",
+        "  needs `env.allow_dangerous` like a dangerous variable;",
+        f"- noted (warning `env-noted`, acceptable with `check.accept`): {_names(frozenset(env_policy.NOTED), ())}:",
+        "  traffic through a proxy, another TLS trust store, temporary files elsewhere;",
         "- `APPTAINERENV_X` and `SINGULARITYENV_X` set `X` in the container and are judged as `X`.",
         "",
         "**Passed variables** (`env.pass`, `mxc/node/envboundary.py`): nothing of the caller's environment reaches",
@@ -110,6 +118,26 @@ def input_rules() -> list[str]:
         "([runs.md](runs.md#what-reaches-the-training)). A passed name is judged like an `env.vars` name (refused ones",
         "cannot be passed; dangerous ones need `env.allow_dangerous` too); `MXC_*`, a base variable and a name",
         "listed twice are refused. The record keeps the names (values only when the name does not mean a secret).",
+        "",
+        "**Container options that reach the host** (`runtime.container_options`, `runtime.mounts`,",
+        "`runtime.optional_mounts`; `mxc/compiler/container_policy.py`): a spec gives one only by also listing it",
+        "in `runtime.allow_dangerous` as `field:value` (`cap_add:SYS_ADMIN`, `devices:/dev/sda`,",
+        "`group_add:docker`, `mounts:/:/host`, `optional_mounts:/dev:/dev`); `mxc check` then reports it (note",
+        "`container-dangerous`), `mxc build` and `mxc show` print it, and spec.json holds it:",
+        "",
+        f"- capabilities: every one but {_names(container_policy.HARMLESS_CAPABILITIES, ())}, and `ALL`;",
+        "  a name Linux does not have is refused;",
+        "- devices (and mounts of paths under `/dev`): every one but GPU, RDMA and accelerator devices",
+        "  (`/dev/infiniband`, `/dev/kfd`, `/dev/dri`, `/dev/nvidia*`, `/dev/gdrdrv`, `/dev/accel`, `/dev/neuron*`)",
+        "  and `/dev/fuse`, `/dev/null`, `/dev/zero`, `/dev/full`, `/dev/random`, `/dev/urandom`, `/dev/shm`,",
+        "  `/dev/hugepages`: raw memory (`/dev/mem`, `/dev/kmem`, `/dev/port`, `/dev/cpu/*`), disks and",
+        "  partitions, and any other device; a device or mount path that is not canonical (`.`, `..`, `//`, a",
+        "  trailing `/`) is refused whatever the opt-in;",
+        f"- mounts of the host's `/`, `/dev`, {_names(frozenset(container_policy.SYSTEM_PATHS), ())} or below, `/home`",
+        f"  or a whole home directory, a path through {_names(container_policy.CREDENTIAL_DIRS, ())}, or a socket",
+        "  (`*.sock`, `*.socket`);",
+        f"- groups {_names(container_policy.DANGEROUS_GROUPS, ())} and the gids fixed for them by Debian/Ubuntu or",
+        f"  Fedora ({', '.join(f'`{g}`' for g in container_policy.DANGEROUS_GIDS)}); any other number is the site's.",
         "",
         "**MaxText keys mxc sets itself** are refused in `model.overrides` (mxc passes its own value after",
         "the spec's, which would silently win):",

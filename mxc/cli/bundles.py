@@ -77,6 +77,11 @@ def _build(args: argparse.Namespace) -> int:
         from mxc.compiler.container_options import privileged_notice
 
         print(f"mxc: warning: {privileged_notice(bundle.spec.runtime.container)}", file=sys.stderr)
+    if bundle.spec.runtime.allow_dangerous:
+        from mxc.compiler import container_policy
+
+        print(f"mxc: warning: {container_policy.opt_in_notice(bundle.spec.runtime.allow_dangerous)}",
+              file=sys.stderr)
     st = store()
     stored, outcome = st.put(bundle.files, bundle.hash)
     st.set_last(bundle.hash)
@@ -177,6 +182,11 @@ def _show(args: argparse.Namespace) -> int:
         from mxc.compiler.container_options import privileged_notice
 
         print(f"warning: {privileged_notice(str(runtime.get('container')))}")
+    container_opt_in = runtime.get("allow_dangerous") if isinstance(runtime, dict) else None
+    if container_opt_in and isinstance(container_opt_in, list):
+        from mxc.compiler import container_policy
+
+        print(f"warning: {container_policy.opt_in_notice([str(e) for e in container_opt_in])}")
     return 0
 
 

@@ -21,26 +21,40 @@ _RUN = re.compile(r"\brun ids?\b")
 _BUNDLE = re.compile(r"\bbundle hash\b|\bhash prefix\b|\bbundle prefix\b")
 _SPEC = re.compile(r"\bspec files?\b")
 
-# One function per list and shell; each asks mxc itself (quietly: a broken home completes nothing).
+# What a completion may offer: run ids, bundle prefixes and labels are made of these characters
+# (mxc/runtime/rundir.py, the store's hashes, refs.LABEL). Anything else is data someone else may
+# have written (a directory in a shared runs root) and never reaches the shell: bash's `compgen -W`
+# expands every word of its list ($(...), `...`, ${...}), so a run directory named $(cmd) ran cmd on
+# Tab, and a newline made two fake words. Each shell drops every other word with its own builtins
+# (bash: pattern substitution before compgen sees the list; zsh: ${w:#pattern}; fish: string match)
+# and matches the typed prefix literally; `mxc runs --ids` prints only run-id-shaped names too.
+_FIRST, _REST = "A-Za-z0-9", "A-Za-z0-9._:-"
+
 PREAMBLE = {
-    "bash": """
-_mxc_complete_runs() { compgen -W "$(mxc runs --ids 2>/dev/null)" -- "$1"; }
-_mxc_complete_bundles() { compgen -W "$(mxc ls --ids 2>/dev/null)" -- "$1"; }
-_mxc_complete_refs() { compgen -W "$(mxc runs --ids 2>/dev/null; mxc ls --ids 2>/dev/null)" -- "$1"; }
+    "bash": f"""
+_mxc_literal() {{ local -a w; mapfile -t w; w=("${{w[@]/#[!{_FIRST}]*/}}"); compgen -W "${{w[*]//*[!{_REST}]*/}}" -- "$1"; }}
+_mxc_complete_runs() {{ mxc runs --ids 2>/dev/null | _mxc_literal "$1"; }}
+_mxc_complete_bundles() {{ mxc ls --ids 2>/dev/null | _mxc_literal "$1"; }}
+_mxc_complete_refs() {{ {{ mxc runs --ids 2>/dev/null; mxc ls --ids 2>/dev/null; }} | _mxc_literal "$1"; }}
 """,
-    "zsh": """
-_mxc_complete_runs() { local -a ids; ids=(${(f)"$(mxc runs --ids 2>/dev/null)"}); compadd -a ids; }
-_mxc_complete_bundles() { local -a ids; ids=(${(f)"$(mxc ls --ids 2>/dev/null)"}); compadd -a ids; }
-_mxc_complete_refs() { _mxc_complete_runs; _mxc_complete_bundles; }
+    "zsh": f"""
+_mxc_literal() {{
+  local -a w; w=(${{(f)"$(mxc $1 --ids 2>/dev/null)"}}); w=(${{w:#[^{_FIRST}]*}}); w=(${{w:#*[^{_REST}]*}}); compadd -a w
+}}
+_mxc_complete_runs() {{ _mxc_literal runs; }}
+_mxc_complete_bundles() {{ _mxc_literal ls; }}
+_mxc_complete_refs() {{ _mxc_complete_runs; _mxc_complete_bundles; }}
 """,
     "fish": "",
 }
+_FISH_FILTER = f"string match -r '^[{_FIRST}][{_REST}]*\\$'"  # \$: the list is in fish's double quotes
 COMPLETERS = {
-    "runs": {"bash": "_mxc_complete_runs", "zsh": "_mxc_complete_runs", "fish": "(mxc runs --ids 2>/dev/null)"},
+    "runs": {"bash": "_mxc_complete_runs", "zsh": "_mxc_complete_runs",
+             "fish": f"(mxc runs --ids 2>/dev/null | {_FISH_FILTER})"},
     "bundles": {"bash": "_mxc_complete_bundles", "zsh": "_mxc_complete_bundles",
-                "fish": "(mxc ls --ids 2>/dev/null)"},
+                "fish": f"(mxc ls --ids 2>/dev/null | {_FISH_FILTER})"},
     "refs": {"bash": "_mxc_complete_refs", "zsh": "_mxc_complete_refs",
-             "fish": "(mxc runs --ids 2>/dev/null; mxc ls --ids 2>/dev/null)"},
+             "fish": f"(begin; mxc runs --ids 2>/dev/null; mxc ls --ids 2>/dev/null; end | {_FISH_FILTER})"},
 }
 
 

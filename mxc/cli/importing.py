@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import stat
 import sys
@@ -43,31 +44,48 @@ def register(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="replace a spec or config file that exists")
 
 
-def _read(path: Path, what: str) -> str:
-    """A regular file of bounded size, as text; UserError otherwise (a path typed by the user)."""
-    from mxc.compiler.limits import MAX_FILE_BYTES
+def _read(path: Path, what: str) -> tuple[str, int]:
+    """The text and permission bits of a regular file of bounded size, confined like ``extends``: read
+    only when it resolves inside its own repository (the git work tree holding it, else its directory),
+    so a configs/<model>.env.sh or a config that is a symlink to ~/.ssh/id_rsa is refused before a
+    byte of it is read (mxc/specfiles.py). UserError otherwise (a path typed by the user)."""
+    from mxc.compiler.resolve import ReadRefused
     from mxc.errors import UserError
+    from mxc.specfiles import SpecFiles
 
     try:
-        info = path.stat()
+        data = SpecFiles.for_spec(path)(str(path))
+        mode = stat.S_IMODE(os.stat(os.path.realpath(path)).st_mode)
+    except ReadRefused as exc:
+        raise UserError(f"{what} {path}: {exc.message}",
+                        "the importer reads only files of the config's repository (regular files, no symlink out)"
+                        ) from None
     except FileNotFoundError:
         raise UserError(f"{what} not found: {path}") from None
     except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise UserError(f"{what} {path} is not a regular file")
-    if info.st_size > MAX_FILE_BYTES:
-        raise UserError(f"{what} {path} is larger than {MAX_FILE_BYTES:,} bytes")
     try:
-        return path.read_bytes().decode("utf-8")
+        return data.decode("utf-8"), mode
     except UnicodeDecodeError:
         raise UserError(f"{what} {path} is not UTF-8 text") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def _private_bits(modes: list[int]) -> int:
+    """The mode of a new file (0666 less the umask) less the group and other permissions any of
+    ``modes`` lacks: a copy, or a spec holding lines of a file, is no more readable than what it
+    came from (a 0600 config is copied as 0600; 0644 only when the source was world-readable)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    base = 0o666 & ~umask
+    for mode in modes:
+        base &= mode | 0o700
+    return (base | 0o600) & 0o666
 
 
 def _maxtext_slurm(args: argparse.Namespace) -> int:
+    from mxc.compiler.errors import printable
     from mxc.compiler.loader import load_yaml
+    from mxc.compiler.schema import CONFIG_FILE_PATTERN
     from mxc.errors import UserError
     from mxc.importers import maxtext_slurm as ms
 
@@ -75,16 +93,24 @@ def _maxtext_slurm(args: argparse.Namespace) -> int:
     if not config.name.endswith(".yml"):
         raise UserError(f"{config}: expected a MaxText-Slurm model config, configs/<model>.gpu.yml",
                         "MaxText takes its config file by the .yml ending")
-    text = _read(config, "model config")
+    if not re.fullmatch(CONFIG_FILE_PATTERN, config.name):
+        raise UserError(f"{config}: the config's name becomes model.config_file, which takes letters, digits, "
+                        "'.', '_' and '-'", "rename (or copy) the config file")
+    text, config_mode = _read(config, "model config")
     facts = ms.config_facts(load_yaml(str(config), text).data)
     stem = config.name.removesuffix(".yml").removesuffix(".gpu")
     env = ms.EnvImport()
     env_files = [Path(e) for e in args.env]
     model_env = config.with_name(f"{stem}.env.sh")
-    if model_env.is_file() and all(model_env.resolve() != e.resolve() for e in env_files):
+    if os.path.lexists(model_env) and all(model_env.resolve() != e.resolve() for e in env_files):
+        print(printable(f"mxc: reading {model_env} too: MaxText-Slurm's launcher sources it after the --env "
+                        "files"), file=sys.stderr)
         env_files.append(model_env)
+    env_modes = []
     for path in env_files:
-        ms.parse_env(str(path), _read(path, "env file"), env)
+        env_text, mode = _read(path, "env file")
+        ms.parse_env(str(path), env_text, env)
+        env_modes.append(mode)
     if args.nodes is not None and args.nodes < 1:
         raise UserError(f"--nodes {args.nodes}: at least 1")
     out = Path(args.output) if args.output else Path(f"{stem}.yaml")
@@ -102,14 +128,15 @@ def _maxtext_slurm(args: argparse.Namespace) -> int:
             raise UserError(f"{target} exists", "pass --force to replace it")
     if out.resolve() == config.resolve():
         raise UserError(f"{out} is the model config itself", "name another spec file with -o")
-    _write(out, spec, copied, text, not same_file, args.digest)
+    _write(out, (spec, _private_bits(env_modes)), copied, (text, _private_bits([config_mode])), not same_file,
+           args.digest)
     print(f"mxc: wrote {out}: {len(env.vars)} variables and {len(env.xla_flags)} XLA flags from "
           f"{len(env.sources)} env file(s); {facts.keys} keys in {config.name}"
           + ("" if same_file else f" (copied to {copied})"), file=sys.stderr)
     if env.skipped:
         print(f"mxc: {len(env.skipped)} line(s) not imported, listed at the end of the spec:", file=sys.stderr)
         for skipped in env.skipped:
-            print(f"  {skipped}", file=sys.stderr)
+            print(printable(f"  {skipped}"), file=sys.stderr)  # lines of the files: no terminal escapes
     if not args.digest:
         print(f"mxc: next: mxc lock {out} && mxc build --locked {out}", file=sys.stderr)
     print(out)
@@ -117,14 +144,14 @@ def _maxtext_slurm(args: argparse.Namespace) -> int:
 
 
 def _valid_name(name: str) -> bool:
-    import re
-
     return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", name) is not None
 
 
-def _write(out: Path, spec: str, config: Path, config_text: str, install_config: bool, digest: str | None) -> None:
-    """Spec and config file, or neither: written into a temporary directory beside the spec, the spec
-    compiled there (so an import that would not build writes nothing), then each renamed into place."""
+def _write(out: Path, spec: tuple[str, int], config: Path, config_file: tuple[str, int], install_config: bool,
+           digest: str | None) -> None:
+    """Spec and config file (each text and mode), or neither: written into a temporary directory beside
+    the spec, the spec compiled there (so an import that would not build writes nothing), then each
+    renamed into place."""
     from mxc import __version__
     from mxc.compiler import compile_spec
     from mxc.errors import cannot_write
@@ -138,8 +165,9 @@ def _write(out: Path, spec: str, config: Path, config_text: str, install_config:
         raise cannot_write(f"the spec into {directory}", exc) from None
     try:
         staged_spec, staged_config = tmp / out.name, tmp / config.name
-        staged_spec.write_text(spec, encoding="utf-8")
-        staged_config.write_text(config_text, encoding="utf-8")
+        for staged, (text, mode) in ((staged_spec, spec), (staged_config, config_file)):
+            staged.write_text(text, encoding="utf-8")
+            staged.chmod(mode)
         # Without a digest the spec is checked with a stand-in one: `mxc lock` fills the real one.
         sets = () if digest else ("image.digest=sha256:" + "0" * 64,)
         compile_spec(str(staged_spec), SpecFiles.for_spec(staged_spec), sets, mxc_version=__version__)

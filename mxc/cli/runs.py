@@ -377,8 +377,10 @@ def _runs(args: argparse.Namespace) -> int:
         selected = runs.runs_of_bundle(st.home, st.get(args.bundle).hash)
     if args.last > 0:
         selected = selected[-args.last:]
-    if args.ids:
-        print("\n".join(run.run_id for run in selected))
+    if args.ids:  # for completion: only names of the run-id shape (a directory's name is anyone's data)
+        from mxc.runtime.rundir import is_run_id
+
+        print("\n".join(run.run_id for run in selected if is_run_id(run.run_id)))
         return 0
     now = datetime.now(UTC)
     rows: list[dict[str, Any]] = []

@@ -18,15 +18,31 @@ reading a value does not see that it runs code. Three classes (docs/spec-referen
   one when it also lists it in ``env.allow_dangerous``: the opt-in is part of the reviewed spec and
   of the bundle hash, ``mxc check`` reports it (rule ``env-dangerous``), ``mxc build`` and
   ``mxc show`` print it;
+  Also dangerous, each for its own reason (``CODE_LOADING``, ``COMMANDS``): what makes a library load
+  a shared object of the value's choosing (``OPENSSL_CONF`` loads engines and providers,
+  ``OPENSSL_ENGINES``/``OPENSSL_MODULES``, ``FI_PROVIDER_PATH``, ``HSA_TOOLS_LIB``,
+  ``CUDA_INJECTION64_PATH``, ``PJRT_NAMES_AND_LIBRARY_PATHS``, an NCCL/RCCL ``*_PLUGIN`` given as a path),
+  and what names a command a tool runs (every ``GIT_*``: ``GIT_SSH_COMMAND``, ``GIT_CONFIG_*``,
+  ``GIT_EXEC_PATH``...; ``SSH_ASKPASS``, ``EDITOR``, ``PAGER``...);
 - **search paths** ``LD_LIBRARY_PATH`` and ``PYTHONPATH``: everyday on clusters, allowed, but every
   entry must be an absolute directory (an empty or relative entry means "the working directory",
-  which on a node is the code checkout or wherever the job started).
+  which on a node is the code checkout or wherever the job started), and an entry in a directory
+  every user can write (``/tmp``, ``/var/tmp``, ``/dev/shm`` or below: anyone can create it first and
+  fill it) needs the opt-in like a dangerous variable;
+- **noted** (``NOTED``): what sends traffic or files elsewhere without loading code by itself, so a
+  site may well need it: proxies (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` and the
+  lower-case forms: every request, Hugging Face's with its token, goes through the proxy), the TLS
+  trust store (``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``, ...: with a proxy, a reader of HTTPS) and
+  temporary files (``TMPDIR``, ``TMP``, ``TEMP``: compilers and loaders write there what they load
+  next). Allowed; ``mxc check`` warns (rule ``env-noted``), and a reviewed one is accepted with
+  ``check.accept`` and its reason.
 
 ``APPTAINERENV_X``/``SINGULARITYENV_X`` set ``X`` inside the container, so they are judged as ``X``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 REFUSED_NAMES = frozenset({
@@ -65,6 +81,37 @@ SAFE_CONTAINER_SETTINGS = frozenset({
 })
 SEARCH_PATHS = frozenset({"LD_LIBRARY_PATH", "PYTHONPATH"})
 _INNER_PREFIXES = ("APPTAINERENV_", "SINGULARITYENV_")
+# Libraries that load a shared object (or a configuration that names one) from the value.
+CODE_LOADING = {
+    "OPENSSL_CONF": "OpenSSL reads this configuration, which loads engines and providers (shared libraries)",
+    "OPENSSL_ENGINES": "OpenSSL loads engines (shared libraries) from this directory",
+    "OPENSSL_MODULES": "OpenSSL loads providers (shared libraries) from this directory",
+    "FI_PROVIDER_PATH": "libfabric loads providers (shared libraries) from these directories",
+    "HSA_TOOLS_LIB": "the ROCm runtime loads these libraries into every GPU process",
+    "CUDA_INJECTION64_PATH": "the CUDA driver loads this library into every CUDA process",
+    "NVTX_INJECTION64_PATH": "NVTX loads this library into the process",
+    "PJRT_NAMES_AND_LIBRARY_PATHS": "JAX loads these PJRT plugins (shared libraries)",
+}
+# A plugin of NCCL/RCCL (NCCL_NET_PLUGIN, NCCL_TUNER_PLUGIN, ...): a name is found on the library
+# search path (judged above); a path is loaded as it is.
+_PLUGIN_NAME = re.compile(r"^[NR]CCL_[A-Z]+_PLUGIN$")
+# Variables that name a command some tool runs (git on every fetch or describe; ssh; editors, pagers).
+COMMANDS = frozenset({"SSH_ASKPASS", "EDITOR", "VISUAL", "PAGER", "MANPAGER", "BROWSER"})
+COMMAND_PREFIXES = ("GIT_",)
+# Noted (a warning, acceptable with check.accept): traffic and temporary files go elsewhere.
+_PROXY = "every HTTP(S) request of the training (Hugging Face downloads with their token included) goes through it"
+_TRUST = "TLS then trusts the certificates it names: with a proxy, someone can read HTTPS traffic"
+_TEMP = "compilers and loaders write there what they load next: a directory others can write lets them swap it"
+NOTED = {
+    **{name: _PROXY for base in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "FTP_PROXY", "NO_PROXY")
+       for name in (base, base.lower())},
+    **{name: _TRUST for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                                 "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "NODE_EXTRA_CA_CERTS")},
+    **{name: _TEMP for name in ("TMPDIR", "TMP", "TEMP")},
+}
+# Directories every user can write (sticky, mode 1777 on every Linux): an entry there, or below,
+# can be created first by anyone.
+WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/dev/mqueue")
 
 
 def _inner(name: str) -> str:
@@ -80,11 +127,43 @@ def refused(name: str) -> bool:
     return inner in REFUSED_NAMES or inner.startswith(REFUSED_PREFIXES)
 
 
-def dangerous(name: str) -> bool:
+def dangerous(name: str, value: str = "") -> bool:
+    return opt_in_reason(name, value) is not None
+
+
+_GENERIC = "makes the loader, an interpreter or the container runtime load code or files of its choosing"
+
+
+def opt_in_reason(name: str, value: str) -> str | None:
+    """Why exporting ``name=value`` needs ``env.allow_dangerous`` (``{name} <why>``), or None."""
     inner = _inner(name)
-    if inner in SEARCH_PATHS or inner in SAFE_CONTAINER_SETTINGS or refused(name):
-        return False
-    return inner in DANGEROUS_NAMES or inner.startswith(DANGEROUS_PREFIXES)
+    if refused(name) or inner in SAFE_CONTAINER_SETTINGS:
+        return None
+    if inner in SEARCH_PATHS:
+        entry = _world_writable_entry(value)
+        return (f"{name}: {entry!r} is, or is under, a directory every user can write ({', '.join(WORLD_WRITABLE)}): "
+                "anyone can create it first and put libraries or modules there") if entry else None
+    if inner in CODE_LOADING:
+        return f"{name}: {CODE_LOADING[inner]}"
+    if _PLUGIN_NAME.match(inner) and "/" in value:
+        return f"{name}: names its plugin by path, and NCCL/RCCL loads that shared library"
+    if inner in COMMANDS or inner.startswith(COMMAND_PREFIXES):
+        return f"{name}: names a command or configuration that git, ssh or another tool runs"
+    if inner in DANGEROUS_NAMES or inner.startswith(DANGEROUS_PREFIXES):
+        return f"{name} {_GENERIC}"
+    return None
+
+
+def noted(name: str) -> str | None:
+    """Why ``name`` is worth a warning although it loads no code (``NOTED``), or None."""
+    return NOTED.get(_inner(name))
+
+
+def _world_writable_entry(value: str) -> str | None:
+    for entry in value.split(":"):
+        if any(entry == d or entry.startswith(d + "/") for d in WORLD_WRITABLE):
+            return entry
+    return None
 
 
 def _search_path_problem(name: str, value: str) -> str | None:
@@ -101,23 +180,21 @@ def problems(variables: dict[str, str], allowed: list[str], passed: Collection[s
     (which may also name a variable of ``passed``, env.pass: the same opt-in, judged in pass_problems)."""
     out: list[tuple[str, str]] = []
     for name, value in variables.items():
+        why = opt_in_reason(name, value)
         if refused(name):
             out.append((name, f"{name} is refused: bash, Slurm or mxc act on it before training starts "
                               "(it can run commands or change what the scripts do)"))
-        elif dangerous(name) and name not in allowed:
-            out.append((name, f"{name} makes the loader, an interpreter or the container runtime load code or files "
-                              f"of its choosing; to set it, also list it in env.allow_dangerous"))
-        elif _inner(name) in SEARCH_PATHS:
-            problem = _search_path_problem(name, value)
-            if problem:
-                out.append((name, problem))
+        elif _inner(name) in SEARCH_PATHS and (problem := _search_path_problem(name, value)):
+            out.append((name, problem))
+        elif why and name not in allowed:
+            out.append((name, f"{why}; to set it, also list it in env.allow_dangerous"))
     for name in allowed:
         if name in passed and name not in variables:
             continue
         if name not in variables:
             out.append((name, f"env.allow_dangerous lists {name}, which neither env.vars sets nor env.pass "
                               "passes (remove it)"))
-        elif not dangerous(name):
+        elif not dangerous(name, variables[name]):
             out.append((name, f"env.allow_dangerous lists {name}, which needs no opt-in"
                               + (" (and cannot have one: it is refused)" if refused(name) else " (remove it)")))
     return out

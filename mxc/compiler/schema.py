@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from mxc.compiler import container_options, determinism, env_policy, slurm_env
+from mxc.compiler import container_options, container_policy, determinism, env_policy, sbatch_extra, slurm_env
 from mxc.compiler.catalog import maxtext_model_names
 from mxc.compiler.errors import did_you_mean
 from mxc.compiler.gitrepo import repo_problem
@@ -262,6 +262,16 @@ class Model(AddedFields):
                 raise ValueError(f"'{key}' is not a MaxText config key (lower_snake_case)")
         return value
 
+    @field_validator("config")
+    @classmethod
+    def _inside_the_configs(cls, value: str) -> str:
+        """model.config names a file of the MaxText that runs: a path that climbs out (or starts at /)
+        makes the trainer read any file of the node as its config."""
+        if value.startswith("/") or any(part == ".." for part in value.replace("\\", "/").split("/")):
+            raise ValueError(f"'{value[:80]}' leaves code.entry.configs (absolute, or a '..' segment); name a file "
+                             "inside it, or a file of your own with model.config_file")
+        return value
+
     @model_validator(mode="after")
     def _one_config(self) -> Self:
         if self.config_file is not None and "config" in self.model_fields_set:
@@ -414,6 +424,15 @@ class Resources(AddedFields):
         "names, not those Slurm sets for the job (docs/containers.md)"
     )
 
+    @model_validator(mode="after")
+    def _extra_does_not_break_the_job(self) -> Self:
+        """sbatch options that change what mxc's job relies on (mxc/compiler/sbatch_extra.py)."""
+        for i, option in enumerate(self.sbatch_extra):
+            why = sbatch_extra.problem(option)
+            if why:
+                raise ValueError(f"sbatch_extra.{i}: {why}")
+        return self
+
     @field_validator("slurm_env")
     @classmethod
     def _slurm_inputs(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
@@ -499,7 +518,7 @@ class ContainerOptions(Strict):
 class Runtime(AddedFields):
     """Where and how the bundle runs."""
 
-    added_fields = ("optional_mounts", "container_options", "exit_grace")
+    added_fields = ("optional_mounts", "container_options", "exit_grace", "allow_dangerous")
 
     backend: Literal["local", "slurm"] = Field("local", description="local: this machine; slurm: sbatch")
     container: Literal["apptainer", "podman", "docker", "native"] = Field(
@@ -526,6 +545,23 @@ class Runtime(AddedFields):
         EXIT_GRACE_S, ge=1, le=86400, description="seconds a trainer may take to exit once every rank has logged the final "
         "step (and, with checkpointing, the final checkpoint is finished); after it mxc ends the trainer, and a stall "
         "or a non-zero exit then is noted, not a failure: the run succeeded (JAX/PjRt can take minutes to shut down)")
+    allow_dangerous: list[Annotated[str, StringConstraints(max_length=4200)]] = Field(
+        default_factory=list, description="container options that reach the host, given on purpose, each as "
+        "field:value: cap_add:SYS_ADMIN, devices:/dev/sda, group_add:docker, mounts:/:/host, "
+        "optional_mounts:/dev:/dev; reported by mxc check (container-dangerous), mxc build and mxc show "
+        "(docs/security.md)")
+
+    @model_validator(mode="after")
+    def _host_stays_outside(self) -> Self:
+        """Capabilities, devices, mounts and groups that give the container the host
+        (mxc/compiler/container_policy.py)."""
+        o = self.container_options
+        found = container_policy.problems(o.cap_add, o.devices, o.group_add, self.mounts, self.optional_mounts,
+                                          self.allow_dangerous)
+        if found:
+            where, why = found[0]
+            raise ValueError(f"{where}: {why}")
+        return self
 
 
 class Alerts(Strict):

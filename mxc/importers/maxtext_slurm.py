@@ -18,12 +18,13 @@ Pure functions: the CLI (mxc/cli/importing.py) reads and writes the files.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from mxc.compiler.errors import printable
 
@@ -272,8 +273,11 @@ def config_facts(data: dict[str, Any]) -> ConfigFacts:
 
 
 def _q(value: str) -> str:
-    """A YAML double-quoted scalar (JSON's string syntax is YAML's): always a string, exactly this text."""
-    return json.dumps(value, ensure_ascii=False)
+    """``value`` as a YAML double-quoted scalar, by PyYAML's own emitter (the library mxc's loader parses
+    with): every character that YAML would read otherwise (a newline, ``: ``, ``#``, U+2028, NEL, a
+    non-printable one) is escaped, so the spec loads back to exactly this string and nothing more; no
+    line folding (the whole value is one line)."""
+    return yaml.dump(value, default_style='"', width=2**31, allow_unicode=False).rstrip("\n")
 
 
 @dataclass(frozen=True)
@@ -296,33 +300,33 @@ def spec_text(i: SpecInputs) -> str:
                   + (", " + ", ".join(i.env.sources) if i.env.sources else "") + ")."),
         "# The model config travels verbatim (model.config_file); the env files' settings are below.",
         "schema: mxc/v1",
-        f"name: {i.name}",
+        f"name: {_q(i.name)}",
         f"description: {_q('MaxText-Slurm configuration ' + i.config_name)}",
         "image:",
-        f"  ref: {i.image}",
+        f"  ref: {_q(i.image)}",
     ]
     if i.digest:
-        lines.append(f"  digest: {i.digest}")
+        lines.append(f"  digest: {_q(i.digest)}")
     else:
         lines.append("  # digest: `mxc lock` resolves it from the tag (then `mxc build --locked`)")
     lines += [
         "code:",
         "  from_image: true                # the image's own MaxText, pinned by image.digest",
         "  entry:",
-        f"    module: {IMAGE_MODULE}",
-        f"    workdir: {IMAGE_WORKDIR}",
-        f"  maxtext_catalog: {IMAGE_MAXTEXT_CATALOG}   # `mxc check` judges MaxText keys by the image's MaxText",
+        f"    module: {_q(IMAGE_MODULE)}",
+        f"    workdir: {_q(IMAGE_WORKDIR)}",
+        f"  maxtext_catalog: {_q(IMAGE_MAXTEXT_CATALOG)}   # `mxc check` judges MaxText keys by the image's MaxText",
         "model:",
         f"  model_name: {_q(i.facts.model_name)}",
-        f"  config_file: {i.config_name}",
+        f"  config_file: {_q(i.config_name)}",
     ]
     lines.append("env:")
     if i.env.xla_flags:
         lines.append("  xla_flags:")
-        lines += [f"    {k}: {_q(v)}" for k, v in i.env.xla_flags.items()]
+        lines += [f"    {_q(k)}: {_q(v)}" for k, v in i.env.xla_flags.items()]
     if i.env.vars:
         lines.append("  vars:")
-        lines += [f"    {k}: {_q(v)}" for k, v in i.env.vars.items()]
+        lines += [f"    {_q(k)}: {_q(v)}" for k, v in i.env.vars.items()]
     if not i.env.xla_flags and not i.env.vars:
         lines[-1] = "env: {}"
     lines += [
@@ -332,7 +336,7 @@ def spec_text(i: SpecInputs) -> str:
         "  gpu_vendor: amd",
         "runtime:",
         "  backend: slurm",
-        f"  container: {i.container}",
+        f"  container: {_q(i.container)}",
     ]
     if i.facts.checkpoint_period:
         lines += ["checkpoint:", f"  period: {i.facts.checkpoint_period}"]
@@ -340,7 +344,7 @@ def spec_text(i: SpecInputs) -> str:
     if harmless:
         lines += ["check:", "  accept:   # reviewed: the reference sets these on AMD on purpose (`mxc check` says why)"]
         for name in harmless:
-            lines += ["    - rule: env-var-vendor", f"      key: env.vars.{name}",
+            lines += ["    - rule: env-var-vendor", f"      key: {_q('env.vars.' + name)}",
                       "      why: set by MaxText-Slurm for code ported from CUDA; ROCm never reads it"]
     if i.env.skipped:
         lines.append("# Not imported (set what they do in the spec if you need it):")

@@ -11,12 +11,17 @@ identity: a pid handed to another process since is not the trainer), finds its p
 way the hang watch does (procs.trainer_processes: descendants and marked processes, so a trainer
 in a Ray actor is found too), dumps the Python ones into ``<out>/rank-<r>-pid<pid>.txt`` and lists
 them in ``<out>/node-<node>.json`` (mxc merges the nodes' lists into the dump's index).
+
+``trainer.json`` lies in the run directory, which others may write (a shared runs root), so it only
+says where to look: the process it names must carry the run's own markers in its environment
+(MXC_RUN_DIR of this run, the rank, the attempt), the markers are derived here, never read from the
+file (``HOME=/home/me`` would match every process of the user), and the py-spy that runs is the one
+this node program finds, never the path the file names (that would run any program as the user).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +67,12 @@ def live_trainers(run: Path, node: str | None = None, proc: Path = procs.PROC) -
         info = _read(layout.trainer_record(run, int(name)))
         if info is None or (node is not None and info.get("node") != node):
             continue
-        pid, ticks = info.get("pid"), info.get("start_ticks")
+        pid, ticks, attempt = info.get("pid"), info.get("start_ticks"), info.get("attempt")
         if type(pid) is not int or pid <= 0 or info.get("boot_id") != _boot_id() or _start_ticks(pid, proc) != ticks:
             continue
-        found.append(info)
+        if type(attempt) is not int or not procs.carries(pid, procs.run_markers(run, int(name), attempt), proc):
+            continue  # not this run's training (a pid written by someone else, or reused)
+        found.append({**info, "rank": int(name)})
     return sorted(found, key=lambda i: int(i.get("rank", 0)))
 
 
@@ -79,10 +86,9 @@ def dump_node(run: Path, out_dir: Path, node: str | None = None) -> list[dict[st
     entries: list[dict[str, Any]] = []
     for info in live_trainers(run, node):
         rank = int(info["rank"])
-        markers = [str(m) for m in info.get("markers") or []]
+        markers = procs.run_markers(run, rank, int(info["attempt"]))
         pids = stacks.pythons(procs.trainer_processes(int(info["pid"]), markers))
-        tool = info.get("py_spy") if isinstance(info.get("py_spy"), str) and os.path.exists(info["py_spy"]) else None
-        for dump in stacks.dump_stacks(pids, out_dir, f"rank-{rank}", tool=tool or stacks.AUTO, last_resort=False):
+        for dump in stacks.dump_stacks(pids, out_dir, f"rank-{rank}", tool=stacks.AUTO, last_resort=False):
             entries.append({"rank": rank, "node": info.get("node"), "attempt": info.get("attempt"), "pid": dump.pid,
                             "file": dump.path.name, "method": dump.method, "ok": dump.ok})
     if node is not None:

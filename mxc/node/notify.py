@@ -207,8 +207,11 @@ def send(config: NotifyConfig, text: str, env: Mapping[str, str] | None = None, 
 
 def _failed(scrub: Redactor, status: int | None, error: str) -> SendResult:
     """A failure whose text holds neither this secret (in any form) nor anything shaped like a secret.
-    Redacted first, shortened after: cutting first could leave the start of a secret."""
+    Redacted first, shortened after: cutting first could leave the start of a secret. The text comes
+    from the server: control and format characters (an ANSI escape sequence that moves the cursor or
+    rewrites the terminal's title, a bidi override) are shown escaped (``\\x1b``), never sent to a terminal."""
     text = " ".join(redact_secrets(scrub(error)).split())
+    text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
     return SendResult(False, status, text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 3] + "...")
 
 

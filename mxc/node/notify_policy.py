@@ -68,15 +68,18 @@ def _parts(url: str) -> tuple[str, str, int, str] | None:
 
 
 def _dot_segment(path: str) -> bool:
-    """Whether ``path`` has a ``.`` or ``..`` segment, as is or percent-encoded (``%2e%2e``, ``%252e``,
-    ``%2f`` for the slash): the server resolves it, so ``<allowed base>/../other`` would leave the
-    operator's base while its text still starts with it. No webhook path needs one."""
+    """Whether ``path`` has a ``.`` or ``..`` segment, as is, percent-encoded (``%2e%2e``, ``%252e``,
+    ``%2f`` for the slash) or with path parameters (``..;``, ``..;x=1``): the server resolves it, so
+    ``<allowed base>/../other`` would leave the operator's base while its text still starts with it.
+    No webhook path needs one."""
     for _ in range(4):  # each round undoes one layer of encoding; four is more than any client adds
         decoded = urllib.parse.unquote(path)
         if decoded == path:
             break
         path = decoded
-    return any(segment in (".", "..") for segment in re.split(r"[/\\]", path))
+    # A segment's path parameters (";x": Tomcat and Jetty drop them, so "..;" is "..") and a NUL
+    # (where C servers stop reading) do not hide a dot segment either.
+    return any(re.split(r"[;\x00]", segment)[0] in (".", "..") for segment in re.split(r"[/\\]", path))
 
 
 def url_problem(url: str) -> str | None:

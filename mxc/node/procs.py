@@ -35,6 +35,20 @@ def descendants(root: int, proc: Path = PROC) -> list[int]:
     return out
 
 
+def run_markers(run: Path, rank: int, attempt: int) -> list[str]:
+    """The ``NAME=value`` variables the node program gives one rank's training (and finds it by)."""
+    return [f"MXC_RUN_DIR={run}", f"MXC_RANK={rank}", f"MXC_ATTEMPT={attempt}"]
+
+
+def carries(pid: int, markers: Iterable[str], proc: Path = PROC) -> bool:
+    """Whether this user's process ``pid`` has every ``NAME=value`` of ``markers`` in its environment."""
+    wanted = [m.partition("=") for m in markers]
+    if not wanted or sysread.process_uid(proc, pid) != os.getuid():
+        return False
+    env = sysread.process_environ(proc, pid)
+    return env is not None and all(env.get(name) == value for name, _, value in wanted)
+
+
 def marked(markers: Iterable[str], proc: Path = PROC, uid: int | None = None) -> list[int]:
     """This user's live processes whose environment holds every ``NAME=value`` of ``markers``
     (none without markers: an empty filter would match every process of the user)."""

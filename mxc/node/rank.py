@@ -46,6 +46,7 @@ from . import (
     placeholders,
     policy,
     postmortem,
+    procs,
     stacks,
 )
 from .contract import ContractError, RunContract, Stage
@@ -352,7 +353,7 @@ class Rank:
                                          keep=contract.cores.keep, backtrace=contract.cores.backtrace,
                                          cwd=Path(code_dir) if code_dir else Path.cwd())
         evidence.begin()
-        markers = [f"MXC_RUN_DIR={self.run}", f"MXC_RANK={self.rank}", f"MXC_ATTEMPT={self.attempt}"]
+        markers = procs.run_markers(self.run, self.rank, self.attempt)
         py_spy = shutil.which("py-spy") or _beside(exe, "py-spy")
         # a secret the spec passes (env.pass: [HF_TOKEN]) is masked in MaxText's event files and the log
         secrets = eventscrub.passed_secrets(train_env, contract.env_pass or [])
@@ -416,7 +417,10 @@ class Rank:
     def _dump_stacks(self, pids: list[int], py_spy: str | None) -> list[tuple[str, str]]:
         dumps = stacks.dump_stacks(stacks.pythons(pids), layout.stacks(self.run), f"hang.rank-{self.rank}.attempt-{self.attempt}",
                                    tool=py_spy or stacks.AUTO)
-        return [(str(d.path), d.method) for d in dumps]
+        for dump in dumps:
+            if not dump.ok:  # the file says why; the record lists only files that hold stacks
+                self.log(f"no stacks of process {dump.pid} ({dump.method}): see {dump.path}")
+        return [(str(d.path), d.method) for d in dumps if d.ok]
 
     def _start_observer(self, contract: RunContract, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
         """mxc's node observer (exporter, Ray node; Prometheus on rank 0) where the batch side asks for it."""

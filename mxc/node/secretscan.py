@@ -14,7 +14,10 @@ own configs.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -122,12 +125,47 @@ def _walk(data: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ..
         yield path, data
 
 
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
+
+
+def encoded_forms(text: str) -> Iterator[tuple[str, str]]:
+    """(how it was encoded, the text decoded) for the encodings a pasted secret comes in: percent-encoding
+    (up to three layers: a URL in a query parameter, quoted again) and base64 (standard or URL-safe, a
+    whole run of its alphabet that decodes to printable text: a Kubernetes secret, a token file)."""
+    layer = text
+    for depth in range(3):
+        decoded = urllib.parse.unquote(layer)
+        if decoded == layer:
+            break
+        yield ("percent-encoded" if depth == 0 else f"percent-encoded {depth + 1} times"), decoded
+        layer = decoded
+    for match in _BASE64_RUN.finditer(text):
+        run = match.group(0).rstrip("=")
+        try:
+            raw = base64.b64decode(run.replace("-", "+").replace("_", "/") + "=" * (-len(run) % 4), validate=True)
+            decoded = raw.decode("utf-8")
+        except (binascii.Error, ValueError):
+            continue
+        if decoded.isprintable():
+            yield "base64", decoded
+
+
+def encoded_secret_shape(text: str) -> str | None:
+    """What secret ``text`` holds once decoded (``a Slack webhook URL, base64``), or None."""
+    for how, decoded in encoded_forms(text):
+        what = secret_shape(decoded)
+        if what:
+            return f"{what}, {how}"
+    return None
+
+
 def find_secrets(data: Any) -> list[tuple[str, str]]:
-    """(dotted key path, what it looks like) for every string value (and mapping key) that looks secret."""
+    """(dotted key path, what it looks like) for every string value (and mapping key) that looks secret,
+    as written or percent- or base64-encoded."""
     found: list[tuple[str, str]] = []
     for path, text in _walk(data):
         what = secret_pair(path[-1], text) if path else secret_shape(text)
-        what = what or (secret_shape(path[-1]) if path else None)
+        what = what or (secret_shape(path[-1]) if path else None) or encoded_secret_shape(text)
         if what:
             found.append((".".join(path), what))
     return found

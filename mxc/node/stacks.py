@@ -11,6 +11,13 @@ process: that is the last resort, used only when the hang is going to be killed 
 
 Fixed against hang.py: the faulthandler path waits until the process has died (its output is
 then complete) instead of sleeping a fixed half second after the first line.
+
+A stopped process (SIGSTOP, state T) has neither: py-spy 0.4 cannot read one ("Failed to find
+python version from target process" or "Failed to get stack traces", --nonblocking too), and a
+SIGABRT stays pending until it runs again, so the file held only its header. The hang watch kills
+the process next anyway, so it sends SIGCONT first (the process resumes where it stopped, which is
+the stack worth having) and says so in the file; ``mxc stacks`` never resumes a process: its file
+says the process is stopped.
 """
 
 from __future__ import annotations
@@ -142,15 +149,37 @@ def dump_stacks(pids: list[int], out_dir: Path, tag: str, log: Path | None = Non
     dumps = []
     for pid in pids:
         out = out_dir / f"{tag}-pid{pid}.txt"
-        if spy:
-            dump = dump_with_pyspy(pid, out, spy)
-            if dump.ok or not last_resort:
-                dumps.append(dump)
-                continue
-        if not last_resort:
-            out.write_text(f"# no stacks of process {pid}: py-spy is not installed (pip install py-spy)\n",
-                           encoding="utf-8")
+        resumed = stopped(pid, proc)
+        if resumed and not last_resort:
+            out.write_text(f"# no stacks of process {pid}: it is stopped (SIGSTOP or a debugger); py-spy cannot read a "
+                           "stopped process, and mxc stacks never resumes one\n", encoding="utf-8")
             dumps.append(StackDump(pid, out, "none", False))
             continue
-        dumps.append(dump_with_faulthandler(pid, out, log, proc=proc))
+        if resumed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        dump = _dump_one(pid, out, spy, log, proc, last_resort)
+        if resumed:
+            note = f"# process {pid} was stopped (state T): sent SIGCONT to read its stacks, as it is killed next\n"
+            with contextlib.suppress(OSError):
+                out.write_text(note + out.read_text(encoding="utf-8"), encoding="utf-8")
+        dumps.append(dump)
     return dumps
+
+
+def stopped(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether the process is stopped by a signal (SIGSTOP, SIGTSTP; state T)."""
+    fields = sysread.process_stat(proc, pid)
+    return fields is not None and len(fields) > 0 and fields[0] == "T"
+
+
+def _dump_one(pid: int, out: Path, spy: str | None, log: Path | None, proc: Path, last_resort: bool) -> StackDump:
+    if spy:
+        dump = dump_with_pyspy(pid, out, spy)
+        if dump.ok or not last_resort:
+            return dump
+    if not last_resort:
+        out.write_text(f"# no stacks of process {pid}: py-spy is not installed (pip install py-spy)\n",
+                       encoding="utf-8")
+        return StackDump(pid, out, "none", False)
+    return dump_with_faulthandler(pid, out, log, proc=proc)

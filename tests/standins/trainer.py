@@ -9,7 +9,9 @@ What it does is chosen per attempt and rank by ``MXCTEST_TRAINER``: comma-separa
 * ``error``: one step, then a Python exception (an application error), exit 1;
 * ``stall``: three steps, then waits for ever in ``stuck_in_collective`` (a hang after the first step; with
   ``steps=3`` a shut-down that does not end after the last step);
-* ``exit1``: three steps, then exit 1 (with ``steps=3``, a failure after the last step, as JAX's teardown can).
+* ``exit1``: three steps, then exit 1 (with ``steps=3``, a failure after the last step, as JAX's teardown can);
+* ``stop``: three steps, then stops itself (SIGSTOP) in ``stopped_in_collective``, as a rank someone
+  stopped, or one the kernel froze, looks.
 
 It records the start in ``$MXC_RUN_DIR/standin.attempt-A.rank-R`` (its pid), so tests can wait on it;
 with ``MXCTEST_ENV_DUMP`` set, it also dumps its whole environment into ``$MXC_RUN_DIR/environment.attempt-A.rank-R.json``
@@ -18,6 +20,7 @@ with ``MXCTEST_ENV_DUMP`` set, it also dumps its whole environment into ``$MXC_R
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -54,6 +57,12 @@ def stuck_in_collective() -> None:
         time.sleep(0.5)
 
 
+def stopped_in_collective() -> None:
+    os.kill(os.getpid(), signal.SIGSTOP)
+    while True:
+        time.sleep(0.5)
+
+
 def main() -> int:
     run, attempt, rank = os.environ["MXC_RUN_DIR"], os.environ.get("MXC_ATTEMPT", "0"), os.environ.get("MXC_RANK", "0")
     with open(os.path.join(run, f"standin.attempt-{attempt}.rank-{rank}"), "w") as fh:
@@ -79,6 +88,8 @@ def main() -> int:
     if what == "exit1":
         print("stand-in: exit 1 after the last step", file=sys.stderr, flush=True)
         return 1
+    if what == "stop":
+        stopped_in_collective()
     return 0
 
 

@@ -54,6 +54,7 @@ RULES: tuple[Rule, ...] = (
     Rule("env-var-deprecated", "note", rules_env.env_var_deprecated, _ENV),
     Rule("jax-platforms", "error", rules_env.jax_platforms, _ENV),
     Rule("env-dangerous", "note", rules_env.env_dangerous, _ENV),
+    Rule("env-noted", "warning", rules_env.env_noted, _ENV),
     Rule("maxtext-catalog", "error", rules_maxtext.maxtext_catalog_rule, _MAXTEXT),
     Rule("maxtext-override-unknown", "error", rules_maxtext.maxtext_override_unknown, _MAXTEXT),
     Rule("maxtext-override-value", "error", rules_maxtext.maxtext_override_value, _MAXTEXT),
@@ -63,8 +64,10 @@ RULES: tuple[Rule, ...] = (
     Rule("fp8-hardware", "error", rules_resources.fp8_hardware, frozenset({"model", "code", "resources"})),
     Rule("checkpoint-time", "error", rules_resources.checkpoint_time, _SHAPE | {"checkpoint", "runtime"}),
     Rule("restart-checkpoint", "warning", rules_resources.restart_checkpoint, frozenset({"restart", "checkpoint"})),
+    Rule("sbatch-extra", "warning", rules_resources.sbatch_extra_noted, frozenset({"resources"})),
     Rule("notify-destination", "error", rules_notify.notify_destination, frozenset({"notify"})),
     Rule("container-privileged", "warning", rules_container.container_privileged, frozenset({"runtime"})),
+    Rule("container-dangerous", "note", rules_container.container_dangerous, frozenset({"runtime"})),
 )
 
 # Findings that do not come from a rule function, with what they mean (docs, junit).

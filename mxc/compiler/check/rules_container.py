@@ -15,3 +15,15 @@ def container_privileged(s: Subject) -> Iterator[Issue]:
         yield Issue(("runtime", "container_options", "privileged"),
                     f"the {s.spec.runtime.container} container runs --privileged: every host device and capability",
                     "list what training needs instead (container_options.devices, group_add, cap_add)")
+
+
+def container_dangerous(s: Subject) -> Iterator[Issue]:
+    """A capability, device, mount or group the spec gives the container through the explicit opt-in
+    runtime.allow_dangerous (cap_add:SYS_ADMIN, mounts:/:/host, devices:/dev/sda, group_add:docker, ...):
+    it reaches the host outside the container, which a reviewer does not see in the option itself;
+    reported on every check so the opt-in stays visible. Without the opt-in such an option is a
+    schema error (mxc/compiler/container_policy.py)."""
+    for i, entry in enumerate(s.spec.runtime.allow_dangerous):
+        yield Issue(("runtime", "allow_dangerous", i), f"{entry} is given to the {s.spec.runtime.container} container on purpose "
+                    "(runtime.allow_dangerous): it reaches the host outside the container",
+                    "keep it only if training needs it and the spec's reviewers agreed")

@@ -129,6 +129,24 @@ def env_dangerous(s: Subject) -> Iterator[Issue]:
                     "load or run code the spec does not show", "keep it only if the value is reviewed and trusted")
 
 
+def env_noted(s: Subject) -> Iterator[Issue]:
+    """A variable that sends traffic or files elsewhere without loading code itself: a proxy
+    (HTTPS_PROXY, all_proxy, ...: every request goes through it, Hugging Face's token included), a TLS
+    trust store (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, ...) or the temporary directory (TMPDIR, TMP,
+    TEMP: compilers write there what they load next). Sites need some of them, so they build; a
+    reviewed one is accepted with check.accept and its reason (mxc/compiler/env_policy.py NOTED)."""
+    from mxc.compiler import env_policy
+
+    ranks = [(("env", "ranks", r, "vars"), e.vars) for r, e in s.spec.env.ranks.items()]
+    for where, values in [(("env", "vars"), s.spec.env.vars), *ranks]:
+        for name, raw in values.items():
+            why = env_policy.noted(name)
+            if why:
+                yield Issue((*where, name), f"{name}={scalar_text(raw)!r}: {why}",
+                            "keep it only if the site needs it; accept it with check.accept (rule env-noted) "
+                            "and the reason")
+
+
 def jax_platforms(s: Subject) -> Iterator[Issue]:
     """JAX_PLATFORMS names the spec's accelerator: 'rocm' on NVIDIA or 'cuda' on AMD fails at
     start-up, and 'cpu' first on a GPU spec trains at a thousandth of the speed."""

@@ -176,3 +176,17 @@ def restart_checkpoint(s: Subject) -> Iterator[Issue]:
     if s.spec.restart.max > 0 and s.spec.checkpoint.period == 0:
         yield Issue(("restart", "max"), f"{s.spec.restart.max} restarts allowed, but checkpoint.period is 0: "
                     "each restart starts over from step 0", "set checkpoint.period")
+
+
+def sbatch_extra_noted(s: Subject) -> Iterator[Issue]:
+    """An sbatch option in resources.sbatch_extra that runs the job, but not quite as the spec reads:
+    --hold (it waits until released), --get-user-env (the login environment, not the bundle's), a GPU
+    or memory option beside resources.gpus_per_node or resources.mem. Options that break the run
+    (--array, --export, --no-requeue, ...) are schema errors (mxc/compiler/sbatch_extra.py)."""
+    from mxc.compiler import sbatch_extra
+
+    for i, option in enumerate(s.spec.resources.sbatch_extra):
+        why = sbatch_extra.noted(option)
+        if why:
+            yield Issue(("resources", "sbatch_extra", i), f"{option}: {why}",
+                        "keep it only if the site needs it; accept it with check.accept (rule sbatch-extra)")
