@@ -285,6 +285,8 @@ def test_maxtext_override_unknown_key() -> None:
 
 @pytest.mark.parametrize(("key", "value", "words"), [
     ("dataset_type", "Synthetic", "expected one of"), ("steps", "abc", "expected an integer"),
+    ("remat_policy", "fulll", "nnx_decoders.py:get_remat_policy fails on any other"),
+    ("attention", "flsh", "attention_op.py:apply_attention fails on any other"),
     ("steps", 2.5, "expected an integer"), ("enable_dropout", "maybe", "expected true or false"),
     ("learning_rate", "fast", "expected a number"),
 ])
@@ -293,9 +295,17 @@ def test_maxtext_override_value_rejected(key: str, value: object, words: str) ->
     assert words in f.message
 
 
+def test_a_free_form_string_maxtext_dispatches_on_suggests_the_close_value() -> None:
+    """remat_policy is a plain str in MaxText's types (pydantic and --probe accept 'fulll'); the catalog
+    knows the values get_remat_policy accepts (tools/maxtext_dispatch.py)."""
+    (f,) = of_rule(check(spec(CPU_SPEC, model__overrides__remat_policy="fulll"))[0], "maxtext-override-value")
+    assert f.suggestion == "did you mean 'full'?" and "'minimal_with_context'" in f.message
+
+
 @pytest.mark.parametrize(("key", "value"), [
     ("dataset_type", "synthetic"), ("steps", 5), ("steps", 5.0), ("enable_dropout", "yes"), ("enable_dropout", 0),
-    ("learning_rate", 3), ("quantization", "fp8"), ("remat_policy", "anything-goes"),
+    ("learning_rate", 3), ("quantization", "fp8"), ("remat_policy", "minimal_with_context"), ("remat_policy", "none"),
+    ("attention", "cudnn_flash_te"),
 ])
 def test_maxtext_override_value_accepted(key: str, value: object) -> None:
     assert not of_rule(check(spec(CPU_SPEC, model__overrides={key: value}))[0], "maxtext-override-value")
