@@ -8,7 +8,8 @@ import pytest
 
 from mxc.compiler.check.findings import Finding
 from mxc.compiler.check.registry import RULES
-from mxc.compiler.check.runner import Lock
+from mxc.compiler.check.runner import Lock, check_document
+from mxc.compiler.loader import load_yaml
 from tests.check_support import CPU_SPEC, GPU_SPEC, check, line_of, of_rule, spec
 
 
@@ -426,11 +427,18 @@ def test_notify_api_url_must_be_an_allowed_destination(monkeypatch: pytest.Monke
 
 # --- schema --------------------------------------------------------------------------------
 
-def test_invalid_spec_gives_schema_findings_and_no_rules() -> None:
-    findings, text = check(spec(GPU_SPEC, resources__nodez=2, model__overrides__stepz=1))
-    assert {f.rule for f in findings} == {"schema"}
-    (f,) = findings
+def test_invalid_spec_gives_schema_findings_and_the_rules_that_can_still_run() -> None:
+    """resources.nodez is set aside: the rules reading resources do not run (and say so), the MaxText
+    rules run on the rest and find stepz in the same check."""
+    data = spec(GPU_SPEC, resources__nodez=2, model__overrides__stepz=1)
+    findings, text = check(data)
+    assert {f.rule for f in findings} == {"schema", "maxtext-override-unknown"}
+    (f,) = of_rule(findings, "schema")
     assert f.suggestion == "did you mean 'nodes'?" and f.line == line_of(text, "nodez")
+    checked = check_document(load_yaml("spec.yaml", text), "spec.yaml")
+    assert checked.spec is None and not checked.valid
+    assert set(checked.not_run) == {r.name for r in RULES if "resources" in r.sections}
+    assert checked.not_run["mesh-devices"] == "resources.nodez has an error above"
 
 
 # --- container-privileged ----------------------------------------------------------------------

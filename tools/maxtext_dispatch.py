@@ -72,11 +72,11 @@ def _closed(function: ast.FunctionDef, name: str) -> bool:
     return False
 
 
-def _truth_test(node: ast.AST, name: str) -> bool:
+def _truth_test(node: ast.BoolOp | ast.If, name: str) -> bool:
     """``if x:`` or ``x and ...``: the bare value decides a branch (an empty one takes the falsy one)."""
     if isinstance(node, ast.BoolOp):
         return any(_named(v, name) for v in node.values)
-    return isinstance(node, ast.If) and _named(node.test, name)
+    return _named(node.test, name)
 
 
 def choices_in(function: ast.FunctionDef, name: str) -> list[str]:
@@ -88,7 +88,7 @@ def choices_in(function: ast.FunctionDef, name: str) -> list[str]:
             for op, right in zip(node.ops, node.comparators, strict=True):
                 if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
                     found.append((right.lineno, right.col_offset, _strings(right)))
-        elif _truth_test(node, name):
+        elif isinstance(node, (ast.BoolOp, ast.If)) and _truth_test(node, name):
             found.append((node.lineno, node.col_offset, [""]))
     return list(dict.fromkeys(s for _, _, strings in sorted(found) for s in strings))
 

@@ -73,10 +73,8 @@ def _build(args: argparse.Namespace) -> int:
         from mxc.compiler.env_policy import opt_in_notice
 
         print(f"mxc: warning: {opt_in_notice(bundle.spec.env.allow_dangerous)}", file=sys.stderr)
-    if bundle.spec.runtime.container_options.privileged:
-        from mxc.compiler.container_options import privileged_notice
-
-        print(f"mxc: warning: {privileged_notice(bundle.spec.runtime.container)}", file=sys.stderr)
+    for warning in bundle.warnings:  # what `mxc check` warns about (a privileged container, ...): built anyway
+        print(warning, file=sys.stderr)
     st = store()
     stored, outcome = st.put(bundle.files, bundle.hash)
     st.set_last(bundle.hash)
