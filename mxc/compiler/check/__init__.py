@@ -5,6 +5,6 @@ rules over a validated spec, matrix expansion and report formatting. Running the
 parsers (``--probe``) is I/O and lives in mxc.runtime.probe.
 
 The package imports nothing itself: ``mxc build`` runs every rule (build_gate.py) without the
-matrix expansion, report formats or probe. Import from the modules: runner (check_document,
+report formats, CUE or the probe. Import from the modules: runner (check_document,
 check_matrix, check_valid, Lock), registry (RULES, Rule), findings (Finding).
 """

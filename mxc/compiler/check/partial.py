@@ -10,7 +10,9 @@ validates. The rules then run on it, except those that read a value set aside: t
 (``Checked.not_run``), instead of passing silently.
 
 A problem found on the rest is reported only when it does not touch a value set aside (a missing
-``image`` is not news when the image was set aside for its digest).
+``image`` is not news when the image was set aside for its digest), nor comes from a check of a
+section holding one (``code`` without ``repo`` is not news when its repo was set aside): a stand-in
+must never cause an error of its own.
 """
 
 from __future__ import annotations
@@ -28,17 +30,20 @@ from mxc.compiler.errors import SpecError
 from mxc.compiler.loader import Loaded, Path
 from mxc.compiler.resolve import line_of
 from mxc.compiler.schema import JobSpec, consistency_problems
-from mxc.compiler.validate import located_errors
+from mxc.compiler.validate import Located, located_errors
 
-# Stand-ins for required values, so that the rest of a spec can be judged. A rule that reads one
-# does not run. tests/test_check_partial.py proves every required field has a stand-in or an
-# ancestor with a default.
+# Stand-ins for values in error, so that the rest of a spec can be judged: every required field's
+# (or an ancestor's), and those whose absence a section's own check refuses (code.repo without
+# code.commit). A rule that reads one does not run. tests/test_check_partial.py proves every
+# required field has one or an ancestor with a default, and each is valid where it stands.
 STAND_INS: dict[Path, Any] = {
     ("schema",): "mxc/v1",
     ("name",): "spec",
     ("image", "ref"): "image",
     ("image", "digest"): "sha256:" + "0" * 64,
     ("code",): {"maxtext_version": "0"},
+    ("code", "repo"): "maxtext",
+    ("code", "commit"): "0" * 40,
     ("model",): {"model_name": "default"},
     ("model", "model_name"): "default",
 }
@@ -65,12 +70,12 @@ def touches(a: Path, b: Path) -> bool:
     return tuple(map(str, a[:n])) == tuple(map(str, b[:n]))
 
 
-def judge_rest(doc: Loaded, file: str, first: list[tuple[Path, SpecError]]) -> Partial:
+def judge_rest(doc: Loaded, file: str, first: list[Located]) -> Partial:
     """The spec with every erroneous value set aside, and what else is wrong with what is left.
     ``first``: the full validation's errors (already reported)."""
     data = copy.deepcopy(doc.data)
     out = Partial(None)
-    seen = {(e.key, e.message) for _, e in first}
+    seen = {(e.error.key, e.error.message) for e in first}
     errors = first
     for _ in range(_ROUNDS):
         try:
@@ -82,25 +87,28 @@ def judge_rest(doc: Loaded, file: str, first: list[tuple[Path, SpecError]]) -> P
             problems = [_keyed(doc, file, text) for text in consistency_problems(out.spec)]
             _report(out, problems, seen)
             return out
-        moved = [p for p in (_set_aside(data, path) for path, _ in errors) if p is not None and p not in out.set_aside]
+        moved = [p for p in (_set_aside(data, e.path) for e in errors) if p is not None and p not in out.set_aside]
         if not moved:
             return out
         out.set_aside.extend(dict.fromkeys(moved))
     return out
 
 
-def _report(out: Partial, errors: list[tuple[Path, SpecError]], seen: set[tuple[str, str]]) -> None:
-    for path, error in errors:
-        if (error.key, error.message) not in seen and not any(touches(path, p) for p in out.set_aside):
-            seen.add((error.key, error.message))
-            out.errors.append(error)
+def _report(out: Partial, errors: list[Located], seen: set[tuple[str, str]]) -> None:
+    for path, error, checked in errors:
+        if (error.key, error.message) in seen or any(touches(path, p) for p in out.set_aside):
+            continue
+        if checked and any(touches(checked, p) for p in out.set_aside):
+            continue
+        seen.add((error.key, error.message))
+        out.errors.append(error)
 
 
-def _keyed(doc: Loaded, file: str, text: str) -> tuple[Path, SpecError]:
+def _keyed(doc: Loaded, file: str, text: str) -> Located:
     key, _, message = text.partition(": ")
     path: Path = tuple(key.split("."))
     where, line = line_of(doc, path)
-    return path, SpecError(where or file, line, key, message)
+    return Located(path, SpecError(where or file, line, key, message))
 
 
 # ---------------------------------------------------------------- setting a value aside
@@ -115,12 +123,12 @@ def _set_aside(data: dict[str, Any], path: Path) -> Path | None:
         if not isinstance(parent, dict):
             continue
         last = str(prefix[-1])
-        if kind == "required":
-            stand_in = STAND_INS.get(tuple(map(str, prefix)))
-            if stand_in is not None and parent.get(last) != stand_in:
+        stand_in = STAND_INS.get(tuple(map(str, prefix)))
+        if stand_in is not None:
+            if parent.get(last) != stand_in:
                 parent[last] = copy.deepcopy(stand_in)
                 return prefix
-        elif kind != "index" and last in parent:
+        elif kind not in ("required", "index") and last in parent:
             del parent[last]
             return prefix
     return None

@@ -105,7 +105,7 @@ def _check_invalid(doc: Loaded, file: str, exc: ValidationError, lock: Lock, com
     combos = (combo.number,) if combo is not None else ()
     first = located_errors(doc, exc, file)
     rest = judge_rest(doc, file, first)
-    findings = _schema_findings([e for _, e in first] + rest.errors, combos)
+    findings = _schema_findings([e.error for e in first] + rest.errors, combos)
     if rest.spec is None:
         why = "the spec's errors above leave nothing the rules can judge"
         return Checked(file, combo, None, findings, valid=False, not_run={r.name: why for r in RULES})
