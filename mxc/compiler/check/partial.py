@@ -21,7 +21,7 @@ import copy
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 from mxc.compiler.errors import SpecError
 from mxc.compiler.loader import Loaded, Path
 from mxc.compiler.resolve import line_of
-from mxc.compiler.schema import JobSpec, consistency_problems
+from mxc.compiler.schema import SECTIONS_ONLY, JobSpec, consistency_problems
 from mxc.compiler.validate import Located, located_errors
 
 # Stand-ins for values in error, so that the rest of a spec can be judged: every required field's
@@ -50,18 +50,16 @@ STAND_INS: dict[Path, Any] = {
 _ROUNDS = 8  # each round sets aside at least one more value; a spec has few nested levels of checks
 
 
-class _Lenient(JobSpec):
-    """JobSpec without its cross-section check: the rest of a spec is judged section by section."""
-
-    def _consistent(self) -> Self:
-        return self
-
-
 @dataclass
 class Partial:
     spec: JobSpec | None  # what is left, validated; None when no value could be set aside to get there
     set_aside: list[Path] = field(default_factory=list)
     errors: list[SpecError] = field(default_factory=list)  # problems the full validation could not reach
+
+
+def validate_sections(data: dict[str, Any]) -> JobSpec:
+    """The spec with each section validated and the cross-section check left out (listed apart)."""
+    return JobSpec.model_validate(data, context={SECTIONS_ONLY: True})
 
 
 def touches(a: Path, b: Path) -> bool:
@@ -79,7 +77,7 @@ def judge_rest(doc: Loaded, file: str, first: list[Located]) -> Partial:
     errors = first
     for _ in range(_ROUNDS):
         try:
-            out.spec = _Lenient.model_validate(data)
+            out.spec = validate_sections(data)
         except ValidationError as exc:
             errors = located_errors(Loaded(data, doc.lines), exc, file)
             _report(out, errors, seen)
