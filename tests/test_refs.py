@@ -112,6 +112,24 @@ def test_at_is_what_run_runs_after_an_unchanged_rebuild(mxc: Mxc, mxc_home: Path
     assert mxc("verify", "@~1").stdout.startswith(b[:12])
 
 
+def test_a_rebuild_that_cannot_set_the_build_time_says_it_is_not_the_newest(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user's bundle in a shared store: only its owner may set its time, so it stays where it was
+    in the order (and `mxc build` says which bundle `mxc run` runs instead)."""
+    from mxc.build import compile_file
+    from mxc.store import Store
+
+    store, bundle = Store(tmp_path), compile_file(TINY)
+    assert store.put(bundle.files, bundle.hash)[1].state == "built"
+
+    def refuse(*_: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr("mxc.store.os.utime", refuse)
+    outcome = store.put(bundle.files, bundle.hash)[1]
+    assert outcome.state == "unchanged" and outcome.newest is False
+
+
 @pytest.mark.parametrize(("ref", "message"), [
     ("label:bsae", "mxc: error: no bundle has the label 'bsae' (did you mean 'base'?)"),
     ("label:zzz", "mxc: error: no bundle has the label 'zzz' (labels: base)"),
