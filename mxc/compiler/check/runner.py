@@ -83,8 +83,13 @@ def _schema_findings(errors: list[SpecError], combos: tuple[int, ...]) -> list[F
 
 def check_valid(doc: Loaded, file: str, spec: JobSpec, lock: Lock = NO_LOCK) -> Checked:
     """Every rule on a validated spec (what ``mxc build`` runs too)."""
-    subject = Subject(file, spec, _locator(doc, None), choose_jaxlib(spec, lock.jaxlib, lock.name), choose_maxtext(spec))
+    subject = _subject(file, spec, _locator(doc, None), lock)
     return Checked(file, None, subject, run_rules(subject))
+
+
+def _subject(file: str, spec: JobSpec, locate: Locate, lock: Lock, combination: int | None = None) -> Subject:
+    return Subject(file, spec, locate, choose_jaxlib(spec, lock.jaxlib, lock.name), choose_maxtext(spec),
+                   combination=combination)
 
 
 def check_document(doc: Loaded, file: str, lock: Lock = NO_LOCK) -> Checked:
@@ -109,8 +114,7 @@ def _check_invalid(doc: Loaded, file: str, exc: ValidationError, lock: Lock, com
     if rest.spec is None:
         why = "the spec's errors above leave nothing the rules can judge"
         return Checked(file, combo, None, findings, valid=False, not_run={r.name: why for r in RULES})
-    subject = Subject(file, rest.spec, _locator(doc, overlay), choose_jaxlib(rest.spec, lock.jaxlib, lock.name),
-                      choose_maxtext(rest.spec), combination=combo.number if combo is not None else None)
+    subject = _subject(file, rest.spec, _locator(doc, overlay), lock, combo.number if combo is not None else None)
     runnable, not_run = [], {}
     for rule in RULES:
         blocked = [p for p in rest.set_aside if any(touches(p, read) for read in rule.paths)]
@@ -142,7 +146,7 @@ def _base(doc: Loaded, file: str, lock: Lock) -> _Base:
         spec = JobSpec.model_validate(doc.data)
     except ValidationError:
         return _Base(doc.data, None, None)
-    subject = Subject(file, spec, _locator(doc, None), choose_jaxlib(spec, lock.jaxlib, lock.name), choose_maxtext(spec))
+    subject = _subject(file, spec, _locator(doc, None), lock)
     return _Base(doc.data, spec, {rule.name: list(rule.check(subject)) for rule in RULES})
 
 
@@ -187,8 +191,7 @@ def check_combination(doc: Loaded, file: str, combo: Combination, lock: Lock = N
             spec = JobSpec.model_validate(data)
         except ValidationError as exc:
             return _check_invalid(Loaded(data, {**doc.lines, **combo.lines}), file, exc, lock, combo, combo.lines)
-    subject = Subject(file, spec, _locator(doc, combo.lines), choose_jaxlib(spec, lock.jaxlib, lock.name),
-                      choose_maxtext(spec), combination=combo.number)
+    subject = _subject(file, spec, _locator(doc, combo.lines), lock, combo.number)
     reuse = base.issues if base is not None else None
     return Checked(file, combo, subject, run_rules(subject, reuse=reuse, changed=sections))
 
