@@ -14,7 +14,6 @@ findings name its own lines) and listed as a note, because alone it lacks requir
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import subprocess
@@ -25,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mxc.build import find_lock
 from mxc.compiler.check import accepted
 from mxc.compiler.check.findings import Finding, merge_matrix
 from mxc.compiler.check.matrix import Matrix, is_matrix, parse_matrix
 from mxc.compiler.check.report import Report, Target
-from mxc.compiler.check.runner import Checked, Lock, check_document, check_matrix
+from mxc.compiler.check.runner import Checked, check_document, check_matrix
 from mxc.compiler.errors import SpecError, SpecErrors
 from mxc.compiler.loader import Loaded, load_json
 from mxc.compiler.resolve import ReadRefused, load_file, resolve
@@ -72,23 +72,6 @@ def discover(paths: Iterable[str]) -> list[str]:
         else:
             raise UserError(f"{raw}: no such file or directory", "give spec files or directories of specs")
     return list(dict.fromkeys(out))
-
-
-def find_lock(spec: str) -> Lock:
-    """jaxlib pinned in the spec's lockfile (``lockfiles/<stem>.lock.json`` in a parent directory)."""
-    path = Path(spec).resolve()
-    name = path.name.split(".")[0]
-    for parent in path.parents:
-        lock = parent / "lockfiles" / f"{name}.lock.json"
-        if lock.is_file():
-            try:
-                data = json.loads(lock.read_text(encoding="utf-8"))
-            except (OSError, ValueError, RecursionError):
-                return Lock(str(lock), None)
-            packages = (data.get("python") or {}).get("packages") or {}
-            version = packages.get("jaxlib") if isinstance(packages, dict) else None
-            return Lock(str(lock), version if isinstance(version, str) else None)
-    return Lock()
 
 
 def _load(path: str) -> Loaded:
@@ -240,9 +223,19 @@ def config_file_findings(doc: Loaded, path: str, checked: Checked) -> list[Findi
 def _accepted(results: list[Checked]) -> list[Checked]:
     """The spec's check.accept applied to each result's complete findings (compiler/check/accepted.py)."""
     for result in results:
-        if result.subject is not None:
+        if result.subject is not None and result.valid:
             result.findings = accepted.apply(result.subject, result.findings)
     return results
+
+
+def _not_run(results: list[Checked]) -> dict[str, str]:
+    """The rules that did not run on some combination of a sweep, with the first reason given."""
+    out: dict[str, str] = {}
+    for result in results:
+        where = f"combination #{result.combination.number}: " if result.combination is not None else ""
+        for rule, why in result.not_run.items():
+            out.setdefault(rule, where + why)
+    return out
 
 
 def check_paths(opts: Options) -> Run:
@@ -306,13 +299,14 @@ def check_paths(opts: Options) -> Run:
         if cli_matrix is not None and f not in extended:
             results = _accepted(check_matrix(doc, f, cli_matrix, lock))
             target = Target(f, cli_matrix.file, len(results),
-                            findings=merge_matrix((x for r in results for x in r.findings), len(results)))
+                            findings=merge_matrix((x for r in results for x in r.findings), len(results)),
+                            not_run=_not_run(results))
             return target, results
         result = check_document(doc, f, lock)
         result.findings.extend(config_file_findings(doc, f, result))
         _accepted([result])
         extra = ("cue", "schema") if f in cue_docs else ("schema",)
-        return Target(f, findings=result.findings, extra_checks=extra), [result]
+        return Target(f, findings=result.findings, extra_checks=extra, not_run=result.not_run), [result]
 
     for f in files:
         if f in extended:
@@ -331,7 +325,8 @@ def check_paths(opts: Options) -> Run:
             continue
         results = _accepted(check_matrix(doc, spec, m, lock))
         target = Target(spec, m.file, len(results),
-                        findings=merge_matrix((x for r in results for x in r.findings), len(results)))
+                        findings=merge_matrix((x for r in results for x in r.findings), len(results)),
+                        not_run=_not_run(results))
         report.targets.append(target)
         run.checked.append((target, results))
     report.targets.extend(pending)

@@ -2,9 +2,10 @@
 ``label:NAME`` (the newest with that label), accepted wherever a hash prefix or run id is.
 
 Hash prefixes and run ids are exact but long; these name what a person means after a build or a
-run ("the one I just ran", "the baseline"). Which list is meant and what "newest" orders by is the
-caller's (bundles: the time they entered the store; runs: their start); this module only parses
-the syntax and picks from an ordered list, with one-line errors (exit 2) that say what exists.
+run ("the one I just built", "the baseline"). Which list is meant and what "newest" orders by is
+the caller's (bundles: mxc/store.py, by when each was last built, so ``@`` is what ``mxc run`` with
+no bundle runs; runs: their start); this module only parses the syntax and picks from an ordered
+list, with one-line errors (exit 2) that say what exists.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ bundle is verified whole before each use. A rebuild verifies the stored copy too
 one is replaced atomically by the fresh build, which says so. A build that was killed leaves
 a temporary directory that the next build removes (``mxc.tempdirs``). Lookups accept any
 unique prefix.
+
+The current bundle: each bundle directory's modification time is when this store last built it
+(set when it enters, and again by a rebuild of the same spec). Bundles in that order are what
+``mxc ls`` lists, what ``@``/``@~N`` count, and ``@`` is what ``mxc run`` without a bundle runs:
+one order, one owner, no pointer file that could disagree with it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mxc import tempdirs
 from mxc.errors import UserError, cannot_write
-from mxc.fsutil import loads, read_bounded, write_atomic
+from mxc.fsutil import loads
 from mxc.node import integrity
 from mxc.node.integrity import MANIFEST
 
@@ -74,6 +79,7 @@ class Stored:
 
     state: Literal["built", "unchanged", "repaired"]
     problems: list[str] = field(default_factory=list)  # what was wrong with the copy that was repaired
+    newest: bool = True  # it is now ``@``, what `mxc run` runs (False: an unchanged bundle whose time it could not set)
 
     @property
     def created(self) -> bool:
@@ -94,7 +100,7 @@ class Store:
         tempdirs.sweep(self.bundles)  # what killed builds left behind, whether or not this one writes
         problems = integrity.check(final, digest) if os.path.lexists(final) else []
         if os.path.lexists(final) and not problems:
-            return StoredBundle(digest, final), Stored("unchanged")
+            return StoredBundle(digest, final), Stored("unchanged", newest=self._built_now(final))
         try:
             self.bundles.mkdir(parents=True, exist_ok=True)
             tmp = tempdirs.make(self.bundles)
@@ -117,20 +123,21 @@ class Store:
                 tempdirs.remove(tmp)
         return StoredBundle(digest, final), Stored("repaired" if problems else "built", problems)
 
-    def set_last(self, digest: str) -> None:
+    @staticmethod
+    def _built_now(path: Path) -> bool:
+        """A rebuild of a stored bundle makes it the newest (``@``, what ``mxc run`` runs); False where
+        it cannot (another user's bundle in a shared store: only its owner may set its time)."""
         try:
-            write_atomic(self.home / "last-build", digest + "\n")
-        except OSError as exc:
-            raise cannot_write(f"{self.home / 'last-build'}", exc) from None
+            os.utime(path)
+        except OSError:
+            return False
+        return True
 
-    def last(self) -> StoredBundle:
-        try:
-            digest = read_bounded(self.home / "last-build", 4096).decode("ascii", "replace").strip()
-        except FileNotFoundError:
-            raise UserError("no bundle has been built yet", "run: mxc build specs/tiny.yaml") from None
-        except OSError as exc:
-            raise UserError(f"{self.home / 'last-build'} is unreadable ({exc})", "build again, or name the bundle") from None
-        return self.get(digest)
+    def current(self) -> StoredBundle:
+        """``@``: the bundle built last, what ``mxc run`` without a bundle runs."""
+        if not self.hashes():
+            raise UserError("no bundle has been built yet", "run: mxc build specs/tiny.yaml")
+        return self.get("@")
 
     def hashes(self) -> list[str]:
         """Every entry named like a bundle, damaged ones included (``verify`` says what is wrong)."""
@@ -139,16 +146,16 @@ class Store:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def created(self, digest: str) -> float | None:
-        """When the bundle entered this store (its directory's modification time: the bundle holds no time)."""
+    def built(self, digest: str) -> float | None:
+        """When this store last built the bundle (its directory's modification time: the bundle holds no time)."""
         try:
             return os.stat(self.bundles / digest).st_mtime
         except OSError:
             return None
 
     def by_age(self) -> list[str]:
-        """Every bundle hash, oldest first (as ``mxc ls`` lists them and ``@``/``@~N`` count)."""
-        return sorted(self.hashes(), key=lambda h: (self.created(h) or 0.0, h))
+        """Every bundle hash, least recently built first (as ``mxc ls`` lists them and ``@``/``@~N`` count)."""
+        return sorted(self.hashes(), key=lambda h: (self.built(h) or 0.0, h))
 
     def labels(self) -> dict[str, dict[str, float]]:
         """bundle hash -> {label: when it was last given} (``mxc build --label``; kept outside the bundles)."""
@@ -179,13 +186,13 @@ class Store:
         return StoredBundle(matches[0], self.bundles / matches[0])
 
     def _relative(self, ref: Relative) -> StoredBundle:
-        """``@``, ``@~N`` (by the time bundles entered the store), ``label:NAME`` (the one most recently labelled so)."""
+        """``@``, ``@~N`` (by the time each was last built), ``label:NAME`` (the one most recently labelled so)."""
         from mxc import refs
 
         labels = self.labels()
         ordered = self.by_age()
         if (label := ref.label) is not None:
-            ordered = sorted(ordered, key=lambda h: (labels.get(h, {}).get(label, -1.0), self.created(h) or 0.0))
+            ordered = sorted(ordered, key=lambda h: (labels.get(h, {}).get(label, -1.0), self.built(h) or 0.0))
         digest = refs.pick(ref, ordered, "bundle", lambda h: labels.get(h, {}), "mxc ls")
         return StoredBundle(digest, self.bundles / digest)
 

@@ -43,6 +43,15 @@ CPU_SPEC: dict[str, Any] = {
 }
 
 
+# An unknown XLA flag that reaches a run past `mxc check` and `mxc build`, as one does for real: the spec
+# pins jaxlib 0.11.0, which has the flag, while the run's jaxlib (0.12.0.1, this venv's) aborts on it
+# ("Unknown flag in XLA_FLAGS"). Tests that need a run failing that way use it (a made-up flag is refused
+# at build).
+STALE_JAXLIB_FLAG: dict[str, Any] = {"code": {"jaxlib_version": "0.11.0"},
+                                     "env": {"xla_flags": {"xla_cpu_use_fusion_emitters": True}}}
+STALE_FLAG_TOKEN = "--xla_cpu_use_fusion_emitters=true"
+
+
 def spec(base: dict[str, Any], *, drop: tuple[str, ...] = (), **changes: Any) -> dict[str, Any]:
     """A copy of ``base`` with dotted-key changes (``model__overrides__steps=5``) and drops."""
     out = copy.deepcopy(base)

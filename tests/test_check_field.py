@@ -417,6 +417,56 @@ def test_generator_reads_a_git_commit_of_the_old_layout(tmp_path: Path) -> None:
     assert cat["models"] == {"llama2-7b": {"keys": ["base_emb_dim"], "base_emb_dim": 4096}}
 
 
+DECODERS_PY = '''
+class Decoder:
+  def get_remat_policy(self):
+    cfg = self.config
+    remat_policy = cfg.remat_policy
+    if remat_policy and remat_policy != "none":
+      if remat_policy in {"minimal_with_context", "minimal_flash"}:
+        policy = 1
+      elif remat_policy == "minimal":
+        policy = 2
+      else:
+        assert remat_policy == "full", "Remat policy needs to be on list of remat policies"
+        policy = None
+    return policy
+'''
+ATTENTION_OP_PY = '''
+class AttentionOp:
+  def apply_attention(self, q):
+    if self.attention_kernel == "dot_product":
+      return 1
+    elif self.attention_kernel in ("flash", "autoselected"):
+      return 2
+    return 3  # no final else that raises: any other value runs, so attention stays a string
+'''
+
+
+def test_generator_reads_the_values_a_closed_dispatch_accepts(tmp_path: Path) -> None:
+    """remat_policy is a plain str in MaxText's types; the values that work are those get_remat_policy
+    compares it with before its final else asserts (a closed dispatch). One without that else is left alone."""
+    tree = tmp_path / "mt"
+    _tree(tree, {
+        "src/MaxText/configs/base.yml": "remat_policy: full\nattention: autoselected\n",
+        "src/MaxText/configs/types.py": "from pydantic import BaseModel, Field\n\nclass MaxTextConfig(BaseModel):\n"
+                                        "  remat_policy: str | None = Field('full')\n  attention: str = Field('autoselected')\n",
+        "src/MaxText/layers/decoders.py": DECODERS_PY,
+        "src/MaxText/layers/attention_op.py": ATTENTION_OP_PY,
+    })
+    proc = run_gen("--dir", str(tree), "--name", "dispatch", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    keys = json.loads((tmp_path / "out" / "dispatch.json").read_text())["keys"]
+    assert keys["remat_policy"] == {"type": "enum", "optional": True, "default": "full",
+                                    "choices": ["", "none", "minimal_with_context", "minimal_flash", "minimal", "full"],
+                                    "choices_from": "layers/decoders.py:get_remat_policy"}
+    assert keys["attention"] == {"type": "str", "optional": False, "default": "autoselected"}
+    shipped = maxtext_catalog("0.2.5").keys  # the installed maxtext's own code, read the same way
+    assert {"full", "minimal", "save_dot_except_mlp", "custom"} <= set(shipped["remat_policy"].choices)
+    assert shipped["remat_policy"].choices_from == "layers/nnx_decoders.py:get_remat_policy"
+    assert {"autoselected", "dot_product", "flash", "cudnn_flash_te"} <= set(shipped["attention"].choices)
+
+
 def test_generator_refuses_a_tree_without_maxtext_config(tmp_path: Path) -> None:
     proc = run_gen("--dir", str(tmp_path), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2 and "no MaxText base.yml" in proc.stderr and not (tmp_path / "out").exists()

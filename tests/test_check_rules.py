@@ -8,7 +8,8 @@ import pytest
 
 from mxc.compiler.check.findings import Finding
 from mxc.compiler.check.registry import RULES
-from mxc.compiler.check.runner import Lock
+from mxc.compiler.check.runner import Lock, check_document
+from mxc.compiler.loader import load_yaml
 from tests.check_support import CPU_SPEC, GPU_SPEC, check, line_of, of_rule, spec
 
 
@@ -285,6 +286,8 @@ def test_maxtext_override_unknown_key() -> None:
 
 @pytest.mark.parametrize(("key", "value", "words"), [
     ("dataset_type", "Synthetic", "expected one of"), ("steps", "abc", "expected an integer"),
+    ("remat_policy", "fulll", "nnx_decoders.py:get_remat_policy fails on any other"),
+    ("attention", "flsh", "attention_op.py:apply_attention fails on any other"),
     ("steps", 2.5, "expected an integer"), ("enable_dropout", "maybe", "expected true or false"),
     ("learning_rate", "fast", "expected a number"),
 ])
@@ -293,9 +296,17 @@ def test_maxtext_override_value_rejected(key: str, value: object, words: str) ->
     assert words in f.message
 
 
+def test_a_free_form_string_maxtext_dispatches_on_suggests_the_close_value() -> None:
+    """remat_policy is a plain str in MaxText's types (pydantic and --probe accept 'fulll'); the catalog
+    knows the values get_remat_policy accepts (tools/maxtext_dispatch.py)."""
+    (f,) = of_rule(check(spec(CPU_SPEC, model__overrides__remat_policy="fulll"))[0], "maxtext-override-value")
+    assert f.suggestion == "did you mean 'full'?" and "'minimal_with_context'" in f.message
+
+
 @pytest.mark.parametrize(("key", "value"), [
     ("dataset_type", "synthetic"), ("steps", 5), ("steps", 5.0), ("enable_dropout", "yes"), ("enable_dropout", 0),
-    ("learning_rate", 3), ("quantization", "fp8"), ("remat_policy", "anything-goes"),
+    ("learning_rate", 3), ("quantization", "fp8"), ("remat_policy", "minimal_with_context"), ("remat_policy", "none"),
+    ("attention", "cudnn_flash_te"),
 ])
 def test_maxtext_override_value_accepted(key: str, value: object) -> None:
     assert not of_rule(check(spec(CPU_SPEC, model__overrides={key: value}))[0], "maxtext-override-value")
@@ -416,11 +427,18 @@ def test_notify_api_url_must_be_an_allowed_destination(monkeypatch: pytest.Monke
 
 # --- schema --------------------------------------------------------------------------------
 
-def test_invalid_spec_gives_schema_findings_and_no_rules() -> None:
-    findings, text = check(spec(GPU_SPEC, resources__nodez=2, model__overrides__stepz=1))
-    assert {f.rule for f in findings} == {"schema"}
-    (f,) = findings
+def test_invalid_spec_gives_schema_findings_and_the_rules_that_can_still_run() -> None:
+    """resources.nodez is set aside: the rules reading resources do not run (and say so), the MaxText
+    rules run on the rest and find stepz in the same check."""
+    data = spec(GPU_SPEC, resources__nodez=2, model__overrides__stepz=1)
+    findings, text = check(data)
+    assert {f.rule for f in findings} == {"schema", "maxtext-override-unknown"}
+    (f,) = of_rule(findings, "schema")
     assert f.suggestion == "did you mean 'nodes'?" and f.line == line_of(text, "nodez")
+    checked = check_document(load_yaml("spec.yaml", text), "spec.yaml")
+    assert checked.spec is None and not checked.valid
+    assert set(checked.not_run) == {r.name for r in RULES if "resources" in r.sections}
+    assert checked.not_run["mesh-devices"] == "resources.nodez has an error above"
 
 
 # --- container-privileged ----------------------------------------------------------------------

@@ -126,8 +126,9 @@ def test_gc_lists_by_default_and_removes_only_with_yes(mxc: Mxc, mxc_home: Path)
     assert not [p for p in (mxc_home / "bundles").iterdir() if p.name.startswith(".")]
     assert [r["run_id"] for r in json.loads(mxc("runs", "--json").stdout)] == [recent.name]
     assert mxc("verify", a).returncode == 0
-    assert not (mxc_home / "last-build").exists()  # it named b, which is gone: `mxc run` says so plainly
-    assert "no bundle has been built yet" in mxc("run").stderr
+    # b was the last built; it is gone, so @ (what `mxc run` runs) is a, the last built of those left.
+    assert json.loads(mxc("show", "@", "--json").stdout)["hash"] == a
+    assert a in mxc("run", "--dry-run").stdout
 
 
 def test_gc_by_status_and_keep_last(mxc: Mxc, mxc_home: Path) -> None:
@@ -225,7 +226,8 @@ def test_rm_checks_every_name_before_removing_any(mxc: Mxc, mxc_home: Path) -> N
     removed = json.loads(out.stdout)["removed"]
     assert {(r["kind"], r["name"]) for r in removed} == {("run", run.name), ("bundle", b)}
     assert not run.exists() and not (mxc_home / "bundles" / b).exists() and (mxc_home / "bundles" / a).exists()
-    assert mxc("run", "--dry-run").returncode == 2  # last-build named b: gone with it
+    dry = mxc("run", "--dry-run")  # b, the last built, is gone: @ is a now
+    assert dry.returncode == 0 and a in dry.stdout and b not in dry.stdout, dry.stderr
 
 
 def test_a_runs_checkpoints_outside_its_directory_go_with_it(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:

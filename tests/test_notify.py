@@ -25,6 +25,7 @@ import yaml
 from mxc.node.notify_policy import ALLOWED_URLS_ENV
 from mxc.runtime import notify
 from mxc.runtime.notify import NotifyConfig, send
+from tests.check_support import STALE_FLAG_TOKEN, STALE_JAXLIB_FLAG
 from tests.conftest import REPO, Mxc
 from tests.gates import PASSED, PauseGate
 from tests.webhook_server import Hook, encodings, serve
@@ -264,7 +265,7 @@ def test_a_failing_run_alerts_start_and_failure_with_the_triage_cause(hook: Hook
     supervisor sends the alerts itself, so the training never gets it (nor ranks/0/environment.json)."""
     secret = hook.url("/hooks/q7w3e9r1t5y2u8i4o6p0asdzxc")
     hook.echo, hook.status = "all", 400
-    spec = _spec(tmp_path, {"env": {"xla_flags": {"xla_bogus_flag": 1}}, "runtime": {"preflight": {"stale_processes": False}},
+    spec = _spec(tmp_path, {**STALE_JAXLIB_FLAG, "runtime": {"preflight": {"stale_processes": False}},
                             "notify": {"format": "slack", "secret_env": "TEAM_ALERTS"}})
     record, run, bundle, output = _run_local(mxc_home, spec, {"TEAM_ALERTS": secret, **hook.allow(), **LEAKY_ENV})
     assert record.status == "failed"
@@ -272,7 +273,7 @@ def test_a_failing_run_alerts_start_and_failure_with_the_triage_cause(hook: Hook
     assert len(texts) == 2, texts
     assert texts[0].startswith(f"mxc: run {record.run_id} (") and "started on local" in texts[0]
     assert f"run {record.run_id}" in texts[1] and "failed (exit 1)" in texts[1]
-    assert "cause: unknown XLA flag on rank 0" in texts[1] and "--xla_bogus_flag=1" in texts[1]
+    assert "cause: unknown XLA flag on rank 0" in texts[1] and STALE_FLAG_TOKEN in texts[1]
     log = (run / "notify.log").read_text()
     assert "start: slack via $TEAM_ALERTS: failed: Bad Request: " in log and "failure: slack" in log
     assert "quote_plus: *** |" in log  # the echo was there, and redacted

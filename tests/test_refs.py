@@ -1,4 +1,4 @@
-"""`mxc ls` with each bundle's created time and labels, `--label` on build and run, and the
+"""`mxc ls` with each bundle's build time and labels, `--label` on build and run, and the
 relative references `@`, `@~N`, `label:NAME` wherever a bundle or a run is named.
 
 A label is store-side (bundles) or record-side (runs) and never enters a bundle: the same spec
@@ -27,7 +27,7 @@ def build(mxc: Mxc, *args: str) -> str:
 
 
 def entered(home: Path, digest: str, when: float) -> None:
-    """Say when a bundle entered the store (its directory's time), so order never rests on timing."""
+    """Say when a bundle was last built into the store (its directory's time), so order never rests on timing."""
     os.utime(home / "bundles" / digest, (when, when))
 
 
@@ -53,17 +53,17 @@ def test_labels_stay_outside_the_bundle(mxc: Mxc, mxc_home: Path) -> None:
     assert json.loads(out.stdout)["labels"] == ["again"] and json.loads(out.stdout)["hash"] == plain
 
 
-def test_ls_shows_when_each_bundle_entered_the_store_and_its_labels(mxc: Mxc, mxc_home: Path) -> None:
+def test_ls_shows_when_each_bundle_was_built_and_its_labels(mxc: Mxc, mxc_home: Path) -> None:
     first = build(mxc, "--label", "base")
     second = build(mxc, "--set", "model.overrides.steps=5", "--label", "short")
     entered(mxc_home, first, datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp())
     entered(mxc_home, second, datetime(2026, 2, 1, 12, 0, tzinfo=UTC).timestamp())  # older: listed first
     rows = json.loads(mxc("ls", "--json").stdout)
     assert [r["hash"] for r in rows] == [second, first]
-    assert [r["created"] for r in rows] == ["2026-02-01T12:00:00.000Z", "2026-03-01T12:00:00.000Z"]
+    assert [r["built"] for r in rows] == ["2026-02-01T12:00:00.000Z", "2026-03-01T12:00:00.000Z"]
     assert [r["labels"] for r in rows] == [["short"], ["base"]]
     table = mxc("ls", env={"TZ": "UTC"}).stdout.splitlines()
-    assert table[0].split() == ["HASH", "CREATED", "NAME", "MODEL", "BACKEND", "CONTAINER", "NODES", "LABELS"]
+    assert table[0].split() == ["HASH", "BUILT", "NAME", "MODEL", "BACKEND", "CONTAINER", "NODES", "LABELS"]
     assert table[1].startswith(second[:12]) and "2026-02-01 12:00" in table[1] and table[1].endswith("short")
     assert table[2].startswith(first[:12]) and "2026-03-01 12:00" in table[2] and table[2].endswith("base")
     assert mxc("ls", "--ids").stdout.split() == [second[:12], first[:12]]
@@ -90,6 +90,44 @@ def test_relative_references_to_bundles(mxc: Mxc, mxc_home: Path) -> None:
     dry = mxc("run", "label:exp", "--dry-run", "--local")
     assert dry.returncode == 0, dry.stderr
     assert new in dry.stdout
+
+
+def test_at_is_what_run_runs_after_an_unchanged_rebuild(mxc: Mxc, mxc_home: Path) -> None:
+    """Build A, build B, build A again (unchanged): A is the current bundle everywhere. `mxc run` used to
+    run A (the last build) while `@` was B (the newest to enter the store)."""
+    a = build(mxc)
+    b = build(mxc, "--set", "model.overrides.steps=5")
+    entered(mxc_home, a, 1_700_000_000)  # built long before B, whatever the clock's resolution
+    entered(mxc_home, b, 1_700_000_100)
+    again = mxc("build", TINY)
+    assert again.returncode == 0 and again.stdout.strip() == a and "unchanged" in again.stderr
+    shown = json.loads(mxc("show", "@", "--json").stdout)["hash"]
+    dry = mxc("run", "--dry-run", "--local")
+    assert dry.returncode == 0, dry.stderr
+    assert shown == a and a in dry.stdout and b not in dry.stdout
+    assert mxc("ls", "--ids").stdout.split() == [b[:12], a[:12]]  # the last line is @; completion lists the same
+    assert [r["hash"] for r in json.loads(mxc("ls", "--json").stdout)] == [b, a]
+    diff = mxc("diff", "@~1", "@", "--json")
+    assert json.loads(diff.stdout)["old"] == b[:12] and json.loads(diff.stdout)["new"] == a[:12]
+    assert mxc("verify", "@~1").stdout.startswith(b[:12])
+
+
+def test_a_rebuild_that_cannot_set_the_build_time_says_it_is_not_the_newest(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user's bundle in a shared store: only its owner may set its time, so it stays where it was
+    in the order (and `mxc build` says which bundle `mxc run` runs instead)."""
+    from mxc.build import compile_file
+    from mxc.store import Store
+
+    store, bundle = Store(tmp_path), compile_file(TINY)
+    assert store.put(bundle.files, bundle.hash)[1].state == "built"
+
+    def refuse(*_: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr("mxc.store.os.utime", refuse)
+    outcome = store.put(bundle.files, bundle.hash)[1]
+    assert outcome.state == "unchanged" and outcome.newest is False
 
 
 @pytest.mark.parametrize(("ref", "message"), [

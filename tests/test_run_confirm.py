@@ -33,7 +33,8 @@ def sbatch_calls(bin_dir: Path) -> list[Path]:
 
 def slurm_bundle(mxc: Mxc) -> str:
     sets = {"runtime.backend": "slurm", "resources.nodes": 2, "resources.gpus_per_node": 8,
-            "resources.gpu_vendor": "nvidia", "resources.partition": "gpu-a", "resources.time": "01:30:00"}
+            "resources.gpu_vendor": "nvidia", "resources.partition": "gpu-a", "resources.time": "01:30:00",
+            "env.vars.JAX_PLATFORMS": "cuda"}  # tiny's cpu on GPUs: `mxc build` refuses it (jax-platforms)
     out = mxc("build", "-q", str(REPO / "specs" / "tiny.yaml"), *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")])
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()

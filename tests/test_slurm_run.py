@@ -142,7 +142,9 @@ def test_container_sees_only_the_allocated_gpus(vendor: str, devices: list[str],
     bundle = build(mxc, *slurm_sets(slurm_cluster, nodes=2, **{
         "runtime.container": "podman", "image.ref": "registry.example/maxtext:test",
         "image.digest": "sha256:" + "ab" * 32, "code.repo": str(tmp_path / "code"), "code.commit": commit,
-        "resources.gpu_vendor": vendor, "resources.gpus_per_node": 2, "resources.exclusive": "false"}))
+        "resources.gpu_vendor": vendor, "resources.gpus_per_node": 2, "resources.exclusive": "false",
+        # tiny's cpu on GPUs is refused by `mxc build` (jax-platforms); the stand-in podman runs no JAX
+        "env.vars.JAX_PLATFORMS": {"nvidia": "cuda", "amd": "rocm"}[vendor]}))
     blocker = slurm_cluster.run("sbatch", "--parsable", "-N2", "--gpus-per-node=2", f"--output={tmp_path}/blocker.out",
                                 "--wrap", "sleep 300").stdout.strip()
     try:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.check_support import STALE_FLAG_TOKEN, STALE_JAXLIB_FLAG
 from tests.conftest import REPO, Mxc
 from tests.gates import PASSED, PauseGate, signal_main_thread
 
@@ -88,13 +89,13 @@ def triage(mxc: Mxc, run_dir: Path) -> dict[str, Any]:
 
 
 def test_bad_xla_flag(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
-    bundle = build(mxc, tmp_path, {"env": {"xla_flags": {"xla_bogus_flag": 1}}})
+    bundle = build(mxc, tmp_path, STALE_JAXLIB_FLAG)
     rc, run_dir = run(mxc_home, bundle)
     assert rc == 1
     verdict = triage(mxc, run_dir)
     assert verdict["cause"] == "unknown_xla_flag" and verdict["rank"] == 0
-    assert "Unknown flag in XLA_FLAGS: --xla_bogus_flag=1" in verdict["first_error"]["text"]
-    assert any("--xla_bogus_flag=1 in env.xla_flags" in t for t in verdict["try"])
+    assert f"Unknown flag in XLA_FLAGS: {STALE_FLAG_TOKEN}" in verdict["first_error"]["text"]
+    assert any(f"{STALE_FLAG_TOKEN} in env.xla_flags" in t for t in verdict["try"])
 
 
 def test_memory_limit(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:

@@ -38,9 +38,12 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from maxtext_dispatch import apply as apply_dispatch
+from maxtext_dispatch import dispatch_choices
 from maxtext_pydantic_ast import Extractor, Module
 from maxtext_source import DirTree, Layout, SourceError, Tree, find_layout, git_tree
 
+DISPATCH_METHOD = "; str keys the code dispatches on in a closed if/elif chain are enums (tools/maxtext_dispatch.py)"
 OUT = pathlib.Path(__file__).resolve().parents[1] / "mxc" / "compiler" / "data" / "maxtext"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 
@@ -121,13 +124,14 @@ def from_installed() -> dict[str, Any]:
     configs = pathlib.Path(types.__file__).resolve().parent
     keys = {name: describe_annotation(f.annotation) for name, f in sorted(types.MaxTextConfig.model_fields.items())}
     base_defaults(yaml.safe_load((configs / "base.yml").read_text()), keys)
+    apply_dispatch(keys, dispatch_choices(DirTree(configs.parent), Layout("configs")))
     tree = DirTree(configs)
     models = models_of(tree.read, tree.listdir, "models", list(typing.get_args(types.ModelName)))
     return {
         "name": f"maxtext-{__version__}",
         "maxtext_version": __version__,
         "source": {"kind": "package", "package": f"maxtext=={__version__}", "layout": "src/maxtext/configs"},
-        "method": "MaxTextConfig.model_fields of the imported package",
+        "method": "MaxTextConfig.model_fields of the imported package" + DISPATCH_METHOD,
         "keys": keys,
         "models": models,
     }
@@ -168,8 +172,10 @@ def from_tree(tree: Tree) -> dict[str, Any]:
         keys = {name: _typed_by_value(value) for name, value in sorted(base.items())}
         method = f"keys of {layout.path('base.yml')} (this layout's pyconfig accepts exactly those), typed by their values"
     base_defaults(base, keys)
+    apply_dispatch(keys, dispatch_choices(tree, layout))
     models = models_of(tree.read, tree.listdir, layout.path("models"), model_names)
-    return {"source": {**tree.describe(), "layout": layout.name}, "method": method, "keys": keys, "models": models}
+    return {"source": {**tree.describe(), "layout": layout.name}, "method": method + DISPATCH_METHOD, "keys": keys,
+            "models": models}
 
 
 def _typed_by_value(value: Any) -> dict[str, Any]:

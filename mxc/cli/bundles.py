@@ -27,14 +27,15 @@ def register(sub: Any) -> None:
                         "unpinned or disagreeing; the lock joins the bundle")
     add_json(p)
 
-    p = add_command(sub, "ls", "list the bundles in the store, oldest first: when each entered it, its labels",
-                    "mxc ls\nmxc ls --json\nmxc show @      # the newest; @~1 the one before; label:NAME", _ls)
+    p = add_command(sub, "ls", "list the bundles in the store, least recently built first: the last is @, what "
+                    "`mxc run` runs", "mxc ls\nmxc ls --json\nmxc show @      # the last built; @~1 the one built "
+                    "before it; label:NAME", _ls)
     p.add_argument("--ids", action="store_true", help=argparse.SUPPRESS)  # hash prefixes, one a line (completion)
     add_json(p)
 
     p = add_command(sub, "show", "show a stored bundle (by any unique hash prefix)",
                     "mxc show 3f9a\nmxc show 3f9a --file job.sbatch", _show)
-    p.add_argument("bundle", help="bundle hash or unique prefix, @ (the newest), @~N, label:NAME")
+    p.add_argument("bundle", help="bundle hash or unique prefix, @ (the last built: what `mxc run` runs), @~N, label:NAME")
     p.add_argument("--file", help="print this bundle file instead of the summary")
     add_json(p)
 
@@ -73,19 +74,20 @@ def _build(args: argparse.Namespace) -> int:
         from mxc.compiler.env_policy import opt_in_notice
 
         print(f"mxc: warning: {opt_in_notice(bundle.spec.env.allow_dangerous)}", file=sys.stderr)
-    if bundle.spec.runtime.container_options.privileged:
-        from mxc.compiler.container_options import privileged_notice
-
-        print(f"mxc: warning: {privileged_notice(bundle.spec.runtime.container)}", file=sys.stderr)
-    if bundle.spec.runtime.allow_dangerous:
+    for warning in bundle.warnings:  # what `mxc check` warns about (a privileged container, ...): built anyway
+        print(warning, file=sys.stderr)
+    if bundle.spec.runtime.allow_dangerous:  # a note of check's (container-dangerous), said at every build
         from mxc.compiler import container_policy
 
         print(f"mxc: warning: {container_policy.opt_in_notice(bundle.spec.runtime.allow_dangerous)}",
               file=sys.stderr)
     st = store()
     stored, outcome = st.put(bundle.files, bundle.hash)
-    st.set_last(bundle.hash)
     st.add_labels(bundle.hash, labels)
+    if not outcome.newest:
+        print(f"mxc: warning: bundle {bundle.short} is in the store already and not yours: it stays where it was in "
+              f"`mxc ls`; `mxc run` runs @ ({st.current().hash[:12]}): name this one (mxc run {bundle.short})",
+              file=sys.stderr)
     if args.json:
         print_json({"hash": bundle.hash, "path": str(stored.path), "created": outcome.created, "labels": labels,
                     "repaired": outcome.problems, "name": bundle.spec.name, "files": sorted(bundle.files)})
@@ -111,7 +113,7 @@ def _ls(args: argparse.Namespace) -> int:
     labels = st.labels()
     rows: list[dict[str, Any]] = []
     for digest in ordered:
-        common = {"hash": digest, "created": iso_time(st.created(digest)),
+        common = {"hash": digest, "built": iso_time(st.built(digest)),
                   "labels": sorted(labels.get(digest, {}), key=lambda name: labels[digest][name])}
         try:
             spec = st.get(digest).spec()
@@ -125,18 +127,18 @@ def _ls(args: argparse.Namespace) -> int:
         print_json(rows)
     elif rows:
         print(table([_ls_row(r) for r in rows],
-                    ["HASH", "CREATED", "NAME", "MODEL", "BACKEND", "CONTAINER", "NODES", "LABELS"]))
+                    ["HASH", "BUILT", "NAME", "MODEL", "BACKEND", "CONTAINER", "NODES", "LABELS"]))
     else:
         print("no bundles yet: mxc build specs/tiny.yaml", file=sys.stderr)
     return 0
 
 
 def _ls_row(r: dict[str, Any]) -> list[str]:
-    created = _local_time(r["created"])
+    built = _local_time(r["built"])
     labels = ",".join(r["labels"]) or "-"
     if "damaged" in r:
-        return [r["hash"][:12], created, "(damaged: mxc verify " + r["hash"][:12] + ")", "-", "-", "-", "-", labels]
-    return [r["hash"][:12], created, r["name"], r["model"], r["backend"], r["container"], r["nodes"], labels]
+        return [r["hash"][:12], built, "(damaged: mxc verify " + r["hash"][:12] + ")", "-", "-", "-", "-", labels]
+    return [r["hash"][:12], built, r["name"], r["model"], r["backend"], r["container"], r["nodes"], labels]
 
 
 def _local_time(iso: str | None) -> str:

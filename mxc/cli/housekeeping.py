@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from mxc.cli.common import add_command, add_json, print_json, store, table
@@ -119,20 +118,7 @@ def _remove(items: list[Any], roots: Any) -> tuple[list[Any], list[str]]:
             problems.append(f"{item.kind} {item.name}: {exc}")
             continue
         done.append(item)
-    _forget_last_build(roots.home, {i.name for i in done if i.kind == "bundle"})
     return done, problems
-
-
-def _forget_last_build(home: Path, removed: set[str]) -> None:
-    """`mxc run` without a bundle must not name one that is gone: the pointer goes with it."""
-    from mxc.fsutil import read_bounded
-
-    marker = home / "last-build"
-    try:
-        if read_bounded(marker, 4096).decode("ascii", "replace").strip() in removed:
-            marker.unlink()
-    except OSError:
-        pass
 
 
 def _when(epoch: float) -> str:

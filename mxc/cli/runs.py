@@ -16,14 +16,14 @@ LOG_CHUNK = 1 << 24  # bytes of a log read at a time (a huge log is printed in p
 
 
 def register(sub: Any) -> None:
-    p = add_command(sub, "run", "train a stored bundle (default: the last `mxc build`), recorded under $MXC_HOME/runs",
+    p = add_command(sub, "run", "train a stored bundle (default: @, the last `mxc build`), recorded under $MXC_HOME/runs",
                     "mxc build specs/tiny.yaml && mxc run\nmxc run 3f9a --dry-run\n"
                     "mxc run 3f9a -y      # a Slurm bundle, from a script: no question asked\n"
                     "mxc run --detach     # survives the terminal: mxc logs RUN -f, mxc cancel RUN\n"
                     "mxc run 3f9a -y --wait   # Slurm (or with --detach): return when the run ends, with its status",
                     _run)
-    p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix, @ (the newest), @~N or label:NAME "
-                   "(default: the last bundle built)")
+    p.add_argument("bundle", nargs="?", help="bundle hash or unique prefix, @ (the last built), @~N or label:NAME "
+                   "(default: @, as `mxc show @` and the last line of `mxc ls`)")
     _add_run_options(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="not allowed: a bundle is immutable (use `mxc build --set`)")
@@ -104,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     for name in args.labels:
         refs.check_label(name)
     st = store()
-    bundle = st.get(args.bundle) if args.bundle else st.last()
+    bundle = st.get(args.bundle) if args.bundle else st.current()
     resume = None
     if args.resume_from:
         from mxc.runtime import resume as resuming

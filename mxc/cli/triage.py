@@ -257,7 +257,7 @@ def _notify_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         ref = runs.resolve(st.home, args.ref, st.hashes())
         bundle = st.get(ref.bundle)
         return bundle.spec(), f"run {ref.run.run_id}" if ref.run else f"bundle {bundle.hash[:12]}"
-    bundle = st.last()
+    bundle = st.current()
     return bundle.spec(), f"the last built bundle {bundle.hash[:12]}"
 
 

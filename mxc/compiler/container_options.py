@@ -73,6 +73,6 @@ def _limit(value: int | str) -> str:
 
 
 def privileged_notice(kind: str) -> str:
-    """The line ``mxc build`` and ``mxc show`` print for a privileged container."""
+    """The line ``mxc show`` prints for a privileged container (`mxc build` prints the container-privileged warning)."""
     return (f"runtime.container_options.privileged: the {kind} container runs --privileged "
             "(every host device and capability; `mxc check` reports it as container-privileged)")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from mxc.compiler.check.build_gate import build_errors
+from mxc.compiler.check.build_gate import build_gate, invalid_spec_errors
+from mxc.compiler.check.findings import Finding
+from mxc.compiler.check.subject import NO_LOCK
+from mxc.compiler.check.subject import Lock as CheckLock
 from mxc.compiler.config_file import read_config
 from mxc.compiler.errors import SpecErrors
 from mxc.compiler.loader import Loaded
@@ -24,6 +27,8 @@ class Bundle:
     spec: JobSpec
     files: dict[str, str]
     hash: str
+    # What `mxc check` warns about in the spec (build_gate.py): printed by `mxc build`, never in the bundle.
+    warnings: tuple[Finding, ...] = field(default=(), compare=False)
 
     @property
     def short(self) -> str:
@@ -40,19 +45,22 @@ def spec_document(spec: JobSpec) -> str:
 
 
 def compile_spec(
-    path: str, read: Reader, overrides: tuple[str, ...] = (), *, mxc_version: str, lock: tuple[str, Lock] | None = None
+    path: str, read: Reader, overrides: tuple[str, ...] = (), *, mxc_version: str, lock: tuple[str, Lock] | None = None,
+    check_lock: CheckLock = NO_LOCK,
 ) -> Bundle:
     """Compile ``path``; with ``lock`` (its name and content), pins come from the lockfile and it joins the bundle."""
-    return compile_document(resolve(path, read), path, overrides, mxc_version=mxc_version, lock=lock, read=read)
+    return compile_document(resolve(path, read), path, overrides, mxc_version=mxc_version, lock=lock, read=read,
+                            check_lock=check_lock)
 
 
 def compile_document(
     doc: Loaded, path: str, overrides: tuple[str, ...] = (), *, mxc_version: str, lock: tuple[str, Lock] | None = None,
-    read: Reader | None = None,
+    read: Reader | None = None, check_lock: CheckLock = NO_LOCK,
 ) -> Bundle:
     """Compile a loaded document: a YAML spec resolved here, or a .cue spec exported by CUE (mxc/checking.py),
     so both front ends share every later stage. ``read`` reads the files a spec names besides itself
-    (model.config_file); without it, a spec naming one is refused."""
+    (model.config_file); without it, a spec naming one is refused. ``check_lock``: the jaxlib of the spec's
+    lockfile, which ``mxc check`` judges its XLA flags by (a ``lock`` given here is that lockfile)."""
     apply_overrides(doc, overrides)
     extra: dict[str, str] = {}
     if lock is not None:
@@ -61,10 +69,14 @@ def compile_document(
         if errors:
             raise SpecErrors(errors)
         extra[LOCK_FILE] = lock_document(locked)
-    spec = validate(doc, path)
-    rejected = build_errors(doc, path, spec)
-    if rejected:
-        raise SpecErrors(rejected)
+        check_lock = CheckLock(lock_name, locked.python.packages.get("jaxlib") if locked.python else None)
+    try:
+        spec = validate(doc, path)
+    except SpecErrors:
+        raise SpecErrors(invalid_spec_errors(doc, path, check_lock)) from None
+    gate = build_gate(doc, path, spec, check_lock)
+    if gate.errors:
+        raise SpecErrors(gate.errors)
     config_keys: dict[str, Any] = {}
     if spec.model.config_file:
         if read is None:
@@ -74,4 +86,4 @@ def compile_document(
         config_keys = config.keys
     files = render(spec, spec_document(spec), extra, config_keys)
     manifest = build_manifest(files, mxc_version)
-    return Bundle(spec, {**files, MANIFEST: manifest}, bundle_hash(manifest))
+    return Bundle(spec, {**files, MANIFEST: manifest}, bundle_hash(manifest), tuple(gate.warnings))

@@ -14,6 +14,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -693,6 +694,10 @@ class CheckSettings(Strict):
                                    description="warnings accepted on review; errors cannot be accepted")
 
 
+# Validation context: each section validated, the cross-section check (consistency_problems) left out.
+SECTIONS_ONLY = "sections_only"
+
+
 class JobSpec(AddedFields):
     """A reviewed, versioned description of one training job."""
 
@@ -718,35 +723,12 @@ class JobSpec(AddedFields):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @model_validator(mode="after")
-    def _consistent(self) -> Self:
-        if self.runtime.container == "native":
-            if self.image is not None:
-                raise ValueError("image: runtime.container is native, so remove 'image' (or pick apptainer/podman/docker)")
-        elif self.image is None:
-            raise ValueError(f"image: required (ref + digest) because runtime.container is {self.runtime.container}")
-        if self.runtime.container == "native" and self.code.from_image:
-            raise ValueError("code.from_image: runtime.container is native, so there is no image to take the code "
-                             "from; pin code.maxtext_version (or code.repo + code.commit), or pick a container")
-        if self.runtime.container != "native" and self.code.repo is None and not self.code.from_image:
-            raise ValueError("code.repo: container runs pin the training code by git commit (code.repo + code.commit) "
-                             "or take the image's MaxText (code.from_image: true)")
-        if self.code.from_image and self.runtime.container == "apptainer" and self.code.entry.workdir is None:
-            raise ValueError("code.entry.workdir: apptainer starts in the host's directory, not the image's; name "
-                             "where the image's MaxText is (e.g. /workspace/maxtext)")
-        problem = container_options.problem(self.runtime.container, self.runtime.container_options)
-        if problem:
-            raise ValueError(f"runtime.container_options.{problem}")
-        if self.runtime.optional_mounts and self.runtime.container == "native":
-            raise ValueError("runtime.optional_mounts: mounts are for containers; runtime.container is native")
-        problem = determinism.problem(self)
-        if problem:
-            raise ValueError(problem)
-        if self.runtime.backend == "local" and self.resources.nodes > 1:
-            raise ValueError("resources.nodes: runtime.backend local runs on one node; set nodes to 1 or backend: slurm")
-        for rank in self.env.ranks:
-            if int(rank) >= self.resources.nodes:
-                raise ValueError(f"env.ranks.{rank}: no rank {rank}: resources.nodes is {self.resources.nodes} "
-                                 f"(one rank per node: 0..{self.resources.nodes - 1})")
+    def _consistent(self, info: ValidationInfo) -> Self:
+        if info.context is not None and info.context.get(SECTIONS_ONLY):
+            return self  # the checker judging what is left of a spec with errors (check/partial.py)
+        problems = consistency_problems(self)
+        if problems:  # one line each (validate.py splits them): every one is reported at once
+            raise ValueError("\n".join(problems))
         return self
 
     @model_validator(mode="after")
@@ -758,6 +740,42 @@ class JobSpec(AddedFields):
             raise ValueError(f"{keyed or 'name'}: '{path}' looks like {what}; a spec must not hold secrets: keep it "
                              "in an environment variable or a file and name that (e.g. notify.secret_env)")
         return self
+
+
+def consistency_problems(spec: JobSpec) -> list[str]:
+    """What no single section can judge alone: the container against the image and the code, the backend
+    against the node count, per-rank settings against the nodes. Each problem is ``key.path: message``;
+    all are listed, not only the first (a spec fixed in rounds costs a review each)."""
+    problems: list[str] = []
+    if spec.runtime.container == "native":
+        if spec.image is not None:
+            problems.append("image: runtime.container is native, so remove 'image' (or pick apptainer/podman/docker)")
+    elif spec.image is None:
+        problems.append(f"image: required (ref + digest) because runtime.container is {spec.runtime.container}")
+    if spec.runtime.container == "native" and spec.code.from_image:
+        problems.append("code.from_image: runtime.container is native, so there is no image to take the code "
+                        "from; pin code.maxtext_version (or code.repo + code.commit), or pick a container")
+    if spec.runtime.container != "native" and spec.code.repo is None and not spec.code.from_image:
+        problems.append("code.repo: container runs pin the training code by git commit (code.repo + code.commit) "
+                        "or take the image's MaxText (code.from_image: true)")
+    if spec.code.from_image and spec.runtime.container == "apptainer" and spec.code.entry.workdir is None:
+        problems.append("code.entry.workdir: apptainer starts in the host's directory, not the image's; name "
+                        "where the image's MaxText is (e.g. /workspace/maxtext)")
+    problem = container_options.problem(spec.runtime.container, spec.runtime.container_options)
+    if problem:
+        problems.append(f"runtime.container_options.{problem}")
+    if spec.runtime.optional_mounts and spec.runtime.container == "native":
+        problems.append("runtime.optional_mounts: mounts are for containers; runtime.container is native")
+    problem = determinism.problem(spec)
+    if problem:
+        problems.append(problem)
+    if spec.runtime.backend == "local" and spec.resources.nodes > 1:
+        problems.append("resources.nodes: runtime.backend local runs on one node; set nodes to 1 or backend: slurm")
+    for rank in spec.env.ranks:
+        if int(rank) >= spec.resources.nodes:
+            problems.append(f"env.ranks.{rank}: no rank {rank}: resources.nodes is {spec.resources.nodes} "
+                            f"(one rank per node: 0..{spec.resources.nodes - 1})")
+    return problems
 
 
 def _lower_prefix(parts: list[str]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
@@ -19,17 +19,32 @@ _KEYED_MESSAGE = re.compile(r"^([a-z_][a-z0-9_]*(?:\.(?:[a-z_][a-z0-9_]*|[0-9]+)
                             re.S)
 
 
-def validate(doc: Loaded, main_file: str) -> JobSpec:
+def validate(doc: Loaded, main_file: str, model: type[JobSpec] = JobSpec) -> JobSpec:
+    """The spec, or SpecErrors listing every problem pydantic found (``model``: JobSpec, or a variant
+    of it that the checker uses to judge what is left of a spec with errors)."""
     try:
-        return JobSpec.model_validate(doc.data)
+        return model.model_validate(doc.data)
     except ValidationError as exc:
-        errors = []
-        for group in _union_groups(exc.errors()):
-            if len(group) == 1:
-                errors.append(_to_spec_error(doc, group[0], main_file))
-            else:
-                errors.append(_union_error(doc, group, main_file))
-        raise SpecErrors(errors) from None
+        raise SpecErrors(e.error for e in located_errors(doc, exc, main_file)) from None
+
+
+class Located(NamedTuple):
+    """A problem, the key path it is about (what ``SpecError.key`` spells with dots) and, for a check of
+    a whole section (a model validator), that section's path: what the check looked at."""
+
+    path: Path
+    error: SpecError
+    checked: Path | None = None
+
+
+def located_errors(doc: Loaded, exc: ValidationError, main_file: str) -> list[Located]:
+    errors: list[Located] = []
+    for group in _union_groups(exc.errors()):
+        if len(group) == 1:
+            errors.extend(_to_spec_errors(doc, group[0], main_file))
+        else:
+            errors.append(_union_error(doc, group, main_file))
+    return errors
 
 
 # What pydantic calls the members of a union (the last part of each member's error location),
@@ -63,7 +78,7 @@ def _same_input(a: Any, b: Any) -> bool:
         return False
 
 
-def _union_error(doc: Loaded, group: list[Any], main_file: str) -> SpecError:
+def _union_error(doc: Loaded, group: list[Any], main_file: str) -> Located:
     loc: Path = tuple(group[0]["loc"][:-1])
     names = [_TYPE_NAMES.get(str(e["loc"][-1]), f"a {e['loc'][-1]}") for e in group]
     expected = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
@@ -74,8 +89,8 @@ def _union_error(doc: Loaded, group: list[Any], main_file: str) -> SpecError:
     elif value is None:
         suggestion = "an empty value is null: write a value, or \"\" for an empty string"
     file, line = line_of(doc, loc)
-    return SpecError(file or main_file, line, ".".join(str(p) for p in loc), f"expected {expected}, got {_shown(value)}",
-                     suggestion)
+    return Located(loc, SpecError(file or main_file, line, ".".join(str(p) for p in loc),
+                                  f"expected {expected}, got {_shown(value)}", suggestion))
 
 
 def _flow(value: Any) -> str:
@@ -88,7 +103,7 @@ def _shown(value: Any) -> str:
     return repr(value) if isinstance(value, str) else _flow(value)
 
 
-def _to_spec_error(doc: Loaded, err: Any, main_file: str) -> SpecError:
+def _to_spec_errors(doc: Loaded, err: Any, main_file: str) -> list[Located]:
     loc: Path = tuple(p for p in err["loc"] if p not in ("function-after",))
     loc = tuple("schema" if p == "schema_" else p for p in loc)
     message: str = err["msg"]
@@ -110,15 +125,25 @@ def _to_spec_error(doc: Loaded, err: Any, main_file: str) -> SpecError:
         hint = _PATTERN_HINTS.get(field, "does not match " + err["ctx"]["pattern"])
         message = f"{hint}, got {err.get('input')!r}"
     elif kind == "value_error":
-        message = message.removeprefix("Value error, ")
-        keyed = _KEYED_MESSAGE.match(message)
-        if keyed:  # a model-level check names the key it is about: "image: required ..."
-            loc = (*loc, *keyed.group(1).split("."))
-            message = keyed.group(2)
+        # A model-level check names the key it is about ("image: required ..."), one problem a line.
+        return [_keyed(doc, loc, line, main_file)._replace(checked=loc)
+                for line in message.removeprefix("Value error, ").split("\n")]
     elif "input" in err and not isinstance(err["input"], dict):
         message = f"{_lower_first(message)}, got {err['input']!r}"
+    return [_located(doc, loc, _lower_first(message), suggestion, main_file)]
+
+
+def _keyed(doc: Loaded, loc: Path, message: str, main_file: str) -> Located:
+    keyed = _KEYED_MESSAGE.match(message)
+    if keyed:
+        loc = (*loc, *keyed.group(1).split("."))
+        message = keyed.group(2)
+    return _located(doc, loc, _lower_first(message), "", main_file)
+
+
+def _located(doc: Loaded, loc: Path, message: str, suggestion: str, main_file: str) -> Located:
     file, line = line_of(doc, loc)
-    return SpecError(file or main_file, line, ".".join(str(p) for p in loc), _lower_first(message), suggestion)
+    return Located(loc, SpecError(file or main_file, line, ".".join(str(p) for p in loc), message, suggestion))
 
 
 _PATTERN_HINTS = {

@@ -15,7 +15,7 @@ them in ``<out>/node-<node>.json`` (mxc merges the nodes' lists into the dump's 
 ``trainer.json`` lies in the run directory, which others may write (a shared runs root), so it only
 says where to look: the process it names must carry the run's own markers in its environment
 (MXC_RUN_DIR of this run, the rank, the attempt), the markers are derived here, never read from the
-file (``HOME=/home/me`` would match every process of the user), and the py-spy that runs is the one
+file (a ``HOME=`` marker would match every process of the user), and the py-spy that runs is the one
 this node program finds, never the path the file names (that would run any program as the user).
 """
 

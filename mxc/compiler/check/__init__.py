@@ -4,7 +4,7 @@ Pure, like the rest of the compiler: catalogs (data shipped with mxc), XLA_FLAGS
 rules over a validated spec, matrix expansion and report formatting. Running the real
 parsers (``--probe``) is I/O and lives in mxc.runtime.probe.
 
-The package imports nothing itself: ``mxc build`` uses the MaxText override rules
-(build_gate.py) without loading the rest of the checker. Import from the modules:
-runner (check_document, check_matrix, Lock), registry (RULES, Rule), findings (Finding).
+The package imports nothing itself: ``mxc build`` runs every rule (build_gate.py) without the
+report formats, CUE or the probe. Import from the modules: runner (check_document,
+check_matrix, check_valid, Lock), registry (RULES, Rule), findings (Finding).
 """

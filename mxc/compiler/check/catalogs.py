@@ -4,7 +4,9 @@
   from that jaxlib by tools/gen_xla_flag_catalog.py. Flags appear and vanish between releases,
   so a spec is checked against the jaxlib it pins, never the one on the reviewer's laptop.
 - MaxText config keys and model configs, per maxtext release and per named tree (a fork at a
-  commit, the MaxText inside an image), made by tools/gen_maxtext_catalog.py.
+  commit, the MaxText inside an image), made by tools/gen_maxtext_catalog.py: the types of
+  MaxText's pydantic config, and for a free-form string the code dispatches on
+  (``remat_policy``, ``attention``) the values that dispatch accepts (tools/maxtext_dispatch.py).
 - NCCL/RCCL/NVTE/HSA/CUDA variables: curated by hand (``data/env_vars.json``), each with its
   allowed values, vendor and documentation source.
 """
@@ -158,6 +160,9 @@ class MaxTextKey:
     optional: bool
     choices: tuple[str, ...] = ()
     default: Any = None
+    # Where a free-form string's choices were read (``layers/nnx_decoders.py:get_remat_policy``):
+    # MaxText's types accept any string there, the code then fails on all but these.
+    choices_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -213,7 +218,8 @@ def maxtext_catalog(name_or_version: str) -> MaxTextCatalog:
     name = _catalog_file(name_or_version)
     raw = json.loads(_data("maxtext", f"{name}.json").read_text("utf-8"))
     keys = {
-        key: MaxTextKey(key, k["type"], bool(k.get("optional")), tuple(k.get("choices", ())), k.get("default"))
+        key: MaxTextKey(key, k["type"], bool(k.get("optional")), tuple(k.get("choices", ())), k.get("default"),
+                        k.get("choices_from", ""))
         for key, k in raw["keys"].items()
     }
     label = raw.get("maxtext_version") or raw.get("label") or name

@@ -22,9 +22,19 @@ class Rule:
     name: str
     severity: Severity
     check: Callable[[Subject], Iterable[Issue]]
-    # Top-level spec sections the rule reads. A matrix combination that changes none of them
-    # reuses the base spec's result (tests/test_check_matrix.py proves it equals a full run).
+    # What the rule reads: spec sections ("env") or keys in them ("image.ref"). A matrix combination
+    # that changes none of these sections reuses the base spec's result (tests/test_check_matrix.py
+    # proves it equals a full run); in a spec with errors, the rule runs unless it reads a value in
+    # error (partial.py).
     reads: frozenset[str] = frozenset()
+
+    @property
+    def sections(self) -> frozenset[str]:
+        return frozenset(read.split(".", 1)[0] for read in self.reads)
+
+    @property
+    def paths(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(tuple(read.split(".")) for read in sorted(self.reads))
 
     @property
     def doc(self) -> str:
@@ -35,7 +45,8 @@ class Rule:
         return " ".join(self.doc.split("\n\n")[0].split())
 
 
-_XLA = frozenset({"env", "code", "image"})  # image: its known jaxlib (index.json)
+# The jaxlib a spec runs with: its pin, its maxtext's, else its image's known one (index.json).
+_XLA = frozenset({"env", "code.jaxlib_version", "code.maxtext_version", "image.ref"})
 _ENV = frozenset({"env", "resources"})
 _MAXTEXT = frozenset({"model", "code"})
 _SHAPE = frozenset({"model", "code", "env", "resources"})

@@ -25,6 +25,14 @@ class Target:
     skipped: str = ""  # why it was not checked (e.g. no CUE on this machine)
     findings: list[Finding] = field(default_factory=list)
     extra_checks: tuple[str, ...] = ("schema",)  # non-rule checks that ran for it
+    not_run: dict[str, str] = field(default_factory=dict)  # rule -> why it could not run (a spec with errors)
+
+    def not_run_lines(self) -> list[str]:
+        """One line per reason: which rules did not run on this spec, so no silence reads as a pass."""
+        by_why: dict[str, list[str]] = {}
+        for rule, why in self.not_run.items():
+            by_why.setdefault(why, []).append(rule)
+        return [f"{self.name}: not checked: {', '.join(rules)} ({why})" for why, rules in by_why.items()]
 
     @property
     def name(self) -> str:
@@ -70,6 +78,7 @@ class Report:
 def text(report: Report) -> str:
     lines = [str(f) for f in report.findings]
     lines += [printable(f"note: {n}") for n in report.notes]
+    lines += [printable(line) for t in report.targets for line in t.not_run_lines()]
     lines += [printable(f"{t.file}: skipped: {t.skipped}") for t in report.targets if t.skipped]
     if report.probe:
         lines.append(probe_line(report.probe))
@@ -111,6 +120,8 @@ def github(report: Report) -> str:
     for t in report.targets:
         if t.skipped:
             out.append(f"::notice file={_escape_property(t.file)},title=mxc check: skipped::{_escape_data(t.skipped)}")
+        for line in t.not_run_lines():
+            out.append(f"::notice file={_escape_property(t.file)},title=mxc check: not checked::{_escape_data(line)}")
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -134,8 +145,8 @@ def junit(report: Report) -> str:
             case = ET.SubElement(suite, "testcase", classname=printable(t.file), name=name, time="0")
             found = by_rule.get(name, [])
             failing = [f for f in found if f.fails]
-            if t.skipped:
-                ET.SubElement(case, "skipped", message=printable(t.skipped))
+            if t.skipped or (name in t.not_run and not failing):
+                ET.SubElement(case, "skipped", message=printable(t.skipped or t.not_run[name]))
                 n_skip += 1
             elif failing:
                 n_fail += 1
@@ -171,7 +182,7 @@ def as_json(report: Report) -> dict[str, Any]:
         "findings": [f.as_dict() for f in report.findings],
         "targets": [
             {"file": t.file, "matrix": t.matrix, "combinations": t.combinations, "skipped": t.skipped or None,
-             "findings": [f.as_dict() for f in merge(t.findings)]}
+             "findings": [f.as_dict() for f in merge(t.findings)], "not_run": t.not_run}
             for t in report.targets
         ],
         "notes": report.notes,

@@ -59,7 +59,10 @@ def _value_problem(spec: MaxTextKey, value: Scalar) -> str:
     if spec.optional and text.lower() == "none":
         return ""
     if spec.type == "enum":
-        return "" if text in spec.choices else f"expected one of {', '.join(map(repr, spec.choices))}, got {text!r}"
+        if text in spec.choices:
+            return ""
+        where = f" (MaxText's {spec.choices_from} fails on any other)" if spec.choices_from else ""
+        return f"expected one of {', '.join(map(repr, spec.choices))}{where}, got {text!r}"
     if spec.type == "int":
         if isinstance(value, float):
             return "" if value.is_integer() else f"expected an integer, got {value!r}"
@@ -89,7 +92,8 @@ def maxtext_override_value(s: Subject) -> Iterator[Issue]:
             continue
         problem = _value_problem(spec, value)
         if problem:
-            yield Issue(("model", "overrides", key), problem, f"default: {spec.default!r}")
+            hint = did_you_mean(scalar_text(value), spec.choices) if spec.type == "enum" else ""
+            yield Issue(("model", "overrides", key), problem, hint or f"default: {spec.default!r}")
 
 
 def maxtext_model_key(s: Subject) -> Iterator[Issue]:

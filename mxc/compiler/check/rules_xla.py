@@ -58,9 +58,8 @@ def xla_flag_unknown(s: Subject) -> Iterator[Issue]:
     """Every flag exists in some jaxlib: jaxlib aborts at start-up on an unknown flag."""
     if s.xla is None:
         return
-    known = all_flag_versions()
-    for use in s.flag_uses:
-        if use.problem or use.name in s.xla.flags or use.name in known:
+    for use in s.flag_uses:  # the other jaxlibs' catalogs are loaded only for a flag the pinned one lacks
+        if use.problem or use.name in s.xla.flags or use.name in all_flag_versions():
             continue
         yield Issue(use.path, f"{_where(use)}: unknown XLA flag (not in jaxlib {s.xla.jaxlib_version}; jaxlib aborts on it)",
                     _suggest_flag(use.name, s.xla.jaxlib_version) or "list flags with: mxc flags --search WORD")
@@ -70,9 +69,8 @@ def xla_flag_version(s: Subject) -> Iterator[Issue]:
     """A flag known to another jaxlib but not to the one the spec pins (added or removed upstream)."""
     if s.xla is None:
         return
-    known = all_flag_versions()
     for use in s.flag_uses:
-        if use.problem or use.name in s.xla.flags or use.name not in known:
+        if use.problem or use.name in s.xla.flags or use.name not in (known := all_flag_versions()):
             continue
         yield Issue(use.path, f"{_where(use)} is not a flag of jaxlib {s.xla.jaxlib_version} ({s.jaxlib.how}); "
                     f"it exists in jaxlib {', '.join(known[use.name])}",

@@ -43,6 +43,17 @@ class Issue:
 
 
 @dataclass(frozen=True)
+class Lock:
+    """What the checker needs from a spec's lockfile (read by the caller)."""
+
+    name: str = ""
+    jaxlib: str | None = None
+
+
+NO_LOCK = Lock()
+
+
+@dataclass(frozen=True)
 class Pin:
     """Which catalog a spec is checked against, and why that one."""
 
