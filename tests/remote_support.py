@@ -1,4 +1,5 @@
-"""A throw-away OpenSSH server on 127.0.0.1 for the remote tests (mxc/remote/), and the "login node" behind it.
+"""The remote tests' machines (mxc/remote/): a throw-away OpenSSH server on 127.0.0.1, the "login node"
+behind it and the "laptop" in front of it.
 
 Debian's openssh-server (scripts/setup.sh installs it; no system sshd is started or touched):
 ``sshd -D -e -f <own config>`` as a child of the test, on a port picked free, with a host key and a
@@ -15,19 +16,26 @@ and for a port nobody listens on (``mxc-test-closed``). Host keys are checked (`
 yes``, the server's key in the config's own known_hosts).
 
 Stopping closes the shared connections mxc left (``ssh -O exit``), then ends the server by its pid.
+
+The laptop (``Laptop``) is mxc with a home and a config directory of its own, ssh through that config;
+the login node's mxc (``login_node``) is this repository's in an environment of its own, with a home
+elsewhere: as if on another machine.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.conftest import REPO, SPECS
 from tests.slurm_cluster import free_ports
 
 SSHD = "/usr/sbin/sshd"
@@ -152,9 +160,6 @@ def close_shared_connections(server: Sshd) -> None:
 def login_node(root: Path, env: dict[str, str]) -> Path:
     """The login node's ``mxc``: this repository's, started the way a site's module or wrapper starts it,
     in the environment ``env`` (what ``module load`` would set: Slurm's config, PATH); returns its path."""
-    import shlex
-    import sys
-
     root.mkdir(parents=True, exist_ok=True)
     exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in sorted(env.items()))
     script = root / "mxc"
@@ -162,3 +167,29 @@ def login_node(root: Path, env: dict[str, str]) -> Path:
                       f"exec {shlex.quote(sys.executable)} -m mxc \"$@\"\n")
     script.chmod(0o755)
     return script
+
+
+class Laptop:
+    """The laptop's mxc: its own MXC_HOME and config directory, ssh through the test server's config."""
+
+    def __init__(self, root: Path, sshd: Sshd, **env: str) -> None:
+        self.root = root
+        self.home = root / "laptop-home"
+        self.config = root / "laptop-config"
+        self.env = {**os.environ, "MXC_HOME": str(self.home), "MXC_CONFIG": str(self.config),
+                    "MXC_SSH_COMMAND": sshd.ssh_command, **env}
+
+    def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env, capture_output=True,
+                             stdin=subprocess.DEVNULL, text=True, timeout=timeout)
+        assert "Traceback" not in out.stderr, out.stderr
+        return out
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def build(self, *sets: str) -> str:
+        out = self("build", "-q", str(SPECS / "tiny.yaml"), *sets)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()

@@ -1,7 +1,7 @@
 """Remote Slurm from a laptop (mxc/remote/), without Slurm: cluster profiles, the SSH transport's
 errors, bundles copied by content and verified on the other side, and hostile values that must stay
 data on the login node. The "login node" is this machine behind a real sshd on 127.0.0.1
-(tests/sshd_server.py), its mxc this repository's with a home of its own, as if on another machine.
+(tests/remote_support.py), its mxc this repository's with a home of its own, as if on another machine.
 The Slurm round trip is tests/test_remote_slurm.py."""
 
 from __future__ import annotations
@@ -18,36 +18,14 @@ from pathlib import Path
 import pytest
 
 from mxc.remote.commands import without_option
-from tests.conftest import REPO, SPECS
-from tests.sshd_server import BADKEY, CLOSED, LOGIN, UNKNOWN, Sshd, login_node, running_sshd
+from tests.conftest import SPECS
+from tests.remote_support import BADKEY, CLOSED, LOGIN, UNKNOWN, Laptop, Sshd, login_node, running_sshd
 
 
 @pytest.fixture(scope="module")
 def sshd() -> Iterator[Sshd]:
     with running_sshd() as server:
         yield server
-
-
-class Laptop:
-    """The laptop's mxc: its own MXC_HOME and config directory, ssh through the test's config."""
-
-    def __init__(self, root: Path, sshd: Sshd) -> None:
-        self.root = root
-        self.home = root / "laptop-home"
-        self.config = root / "laptop-config"
-        self.env = {**os.environ, "MXC_HOME": str(self.home), "MXC_CONFIG": str(self.config),
-                    "MXC_SSH_COMMAND": sshd.ssh_command}
-
-    def __call__(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([sys.executable, "-m", "mxc", *args], cwd=REPO, env=self.env, capture_output=True,
-                             input=input.decode() if input is not None else None, text=True, timeout=300)
-        assert "Traceback" not in out.stderr, out.stderr
-        return out
-
-    def build_slurm_bundle(self) -> str:
-        out = self("build", "-q", str(SPECS / "tiny.yaml"), "--set", "runtime.backend=slurm")
-        assert out.returncode == 0, out.stderr
-        return out.stdout.strip()
 
 
 @pytest.fixture
@@ -185,7 +163,7 @@ def test_push_copies_what_the_store_lacks_once_and_repairs_a_damaged_copy(laptop
                                                                           tmp_path: Path) -> None:
     remote_home = tmp_path / "remote-home"
     added(laptop, remote_mxc, "--home", str(remote_home))
-    bundle = laptop.build_slurm_bundle()
+    bundle = laptop.build("--set", "runtime.backend=slurm")
     first = json.loads(laptop("cluster", "push", "t", bundle, "--json").stdout)
     assert first["copied"] is True and first["files"] > 10 and first["bytes"] > 0
     stored = remote_home / "bundles" / bundle
@@ -217,7 +195,7 @@ def _tar(files: dict[str, bytes]) -> bytes:
 
 
 def test_the_receiving_side_refuses_anything_but_the_named_bundle(laptop: Laptop, tmp_path: Path) -> None:
-    bundle = laptop.build_slurm_bundle()
+    bundle = laptop.build("--set", "runtime.backend=slurm")
     source = laptop.home / "bundles" / bundle
     files = {p.relative_to(source).as_posix(): p.read_bytes() for p in source.rglob("*") if p.is_file()}
     remote_home = tmp_path / "remote-home"
@@ -249,7 +227,7 @@ def test_hostile_paths_reach_the_login_node_as_data(laptop: Laptop, remote_mxc: 
     canary = tmp_path / "pwned"
     hostile = f"{tmp_path}/home with spaces 'q\" $(touch {canary}) `touch {canary}` ; touch {canary}"
     added(laptop, remote_mxc, "--home", hostile, "--runs-dir", hostile + "/runs $HOME")
-    bundle = laptop.build_slurm_bundle()
+    bundle = laptop.build("--set", "runtime.backend=slurm")
     out = laptop("cluster", "push", "t", bundle, "--json")
     assert out.returncode == 0, out.stderr
     assert (Path(hostile) / "bundles" / bundle / "manifest.json").is_file(), "the store is at the literal path"
@@ -276,7 +254,7 @@ def test_run_refuses_a_local_bundle_and_an_unconfirmed_submission_before_sending
     local = laptop("build", "-q", str(SPECS / "tiny.yaml")).stdout.strip()
     out = laptop("run", "--cluster", "t", local, "-y")
     assert out.returncode == 2 and "runtime.backend: local" in out.stderr and "runtime.backend=slurm" in out.stderr
-    slurm = laptop.build_slurm_bundle()
+    slurm = laptop.build("--set", "runtime.backend=slurm")
     unasked = laptop("run", "--cluster", "t", slurm)
     assert unasked.returncode == 2 and "without confirmation: stdin is not a terminal" in unasked.stderr
     label = laptop("run", "--cluster", "t", slurm, "-y", "--label", "$(touch x)")
