@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -59,6 +60,20 @@ def remote(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
         assert out.returncode == 0, out.stderr
         yield Remote(laptop, root, Path(runs), canary, slurm_cluster)
         assert not canary.exists(), "a value reached the login shell unquoted"
+
+
+def _remote_commands(*words: str) -> list[int]:
+    """Pids of the login node's mxc commands (``remote-agent ... run WORDS``) that are still running."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if "remote-agent" in argv and all(w in argv for w in words) and state != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 def _submitted(remote: Remote, *args: str) -> tuple[str, str]:
@@ -119,8 +134,18 @@ def test_a_run_is_cancelled_from_the_laptop(remote: Remote) -> None:
                                                                     "env.vars.MXCTEST_TRAINER": '"*=silent"'}))
     run_id, _ = _submitted(remote, bundle)
     log = RunDir(remote.runs / run_id).log
-    wait_for(lambda: log.exists() and "stage train: start" in log.read_text(errors="replace"), 180,
-             "the remote run to start training")
+    follow = laptop.start("logs", "--cluster", "hpc", run_id, "-f")
+    assert follow.stdout is not None
+    for line in follow.stdout:  # the remote log, streamed, up to the start of training
+        if "stage train: start" in line:
+            break
+    assert log.exists() and "stage train: start" in log.read_text(errors="replace")
+    # Ctrl-C on the laptop: it says so, and the command on the login node ends too (it would
+    # otherwise follow the log until the run ends, for nobody).
+    assert _remote_commands("logs", run_id), "the remote logs -f is not found"
+    follow.send_signal(signal.SIGINT)
+    assert follow.wait(60) == 130
+    wait_for(lambda: not _remote_commands("logs", run_id), 60, "the remote logs -f to end")
     cancel = laptop("cancel", "--cluster", "hpc", run_id)
     assert cancel.returncode == 0 and f"run {run_id}: cancelled" in cancel.stderr, cancel.stderr
     waited = laptop("wait", "--cluster", "hpc", run_id, "--json")

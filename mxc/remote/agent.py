@@ -159,7 +159,30 @@ def _forward(argv: list[str]) -> int:
     if not argv or argv[0] not in FORWARDED:
         raise UserError(f"remote-agent run: {' '.join(argv[:1]) or 'nothing'} is not a command run for a laptop",
                         "one of: " + ", ".join(FORWARDED))
+    _end_with_the_laptop()
     return main(argv)
+
+
+def _end_with_the_laptop() -> None:
+    """Interrupt this command when the laptop's ssh goes (Ctrl-C on ``logs -f``, a closed lid): the
+    laptop holds our stdin open for as long as it waits, so its end arrives here as end of file. Without
+    a terminal nothing else would tell a command that never writes (``wait``, a quiet ``logs -f``) that
+    nobody reads it, and it would stay on the login node until the run ends. Children get /dev/null."""
+    import signal
+    import threading
+
+    watched = os.dup(0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+
+    def watch() -> None:
+        with os.fdopen(watched, "rb", buffering=0) as laptop:
+            while laptop.read(4096):
+                pass
+        os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt: "mxc: interrupted", exit 130, as at a terminal
+
+    threading.Thread(target=watch, name="laptop-watch", daemon=True).start()
 
 
 def _answer(data: dict[str, Any]) -> None:

@@ -171,9 +171,12 @@ def run(cluster: Cluster, command: str, input: bytes | None = None, timeout: flo
 
 def stream(cluster: Cluster, command: str, stdout: IO[bytes] | None = None) -> int:
     """Run ``command`` there with its output streaming to ours as it comes (``logs -f``); its exit
-    status. A connection lost on the way is one line and exit 1."""
+    status. A connection lost on the way is one line and exit 1. Its stdin is a pipe held open until
+    it ends: when this process goes (Ctrl-C), the remote side reads end of file and stops
+    (``agent._end_with_the_laptop``)."""
     connect(cluster)
-    done = subprocess.run(argv(cluster, command), stdin=subprocess.DEVNULL, stdout=stdout, check=False)
+    with subprocess.Popen(argv(cluster, command), stdin=subprocess.PIPE, stdout=stdout) as done:
+        done.wait()
     if done.returncode == NOT_FOUND:
         raise failure(cluster, "", NOT_FOUND)
     if done.returncode == SSH_FAILED:
