@@ -220,6 +220,41 @@ def test_the_receiving_side_refuses_anything_but_the_named_bundle(laptop: Laptop
     assert good.returncode == 0 and json.loads(good.stdout)["state"] == "built"
 
 
+def test_submit_asks_for_the_bundle_and_refuses_a_short_one_or_another_command(laptop: Laptop,
+                                                                              tmp_path: Path) -> None:
+    """``remote-agent submit`` (``mxc run --cluster``'s one call): the store lacks the bundle, so it asks
+    for it on stdout and reads one length-prefixed frame from stdin; a frame cut short or too large, or a
+    command other than ``run`` of that bundle, is one line and exit 2 with nothing stored and nothing run."""
+    from mxc.remote.sync import MARK, frame, pack
+
+    bundle = laptop.build("--set", "runtime.backend=slurm")
+    data, _ = pack(laptop.home / "bundles" / bundle, bundle)
+    remote_home = tmp_path / "remote-home"
+
+    def submit(stream: bytes, *argv: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-m", "mxc", "remote-agent", "--home", str(remote_home), "submit",
+                               bundle, *argv], input=stream, capture_output=True,
+                              env={**os.environ, "SLURM_CONF": str(tmp_path / "no-slurm-here.conf")})
+
+    for stream, argv, message in [
+            (frame(data)[:-100], ["run", bundle, "-y"], f"the bundle sent ended after {len(data) - 100} of"),
+            (b"999999999999\n", ["run", bundle, "-y"], "bytes: refused (at most"),
+            (b"", ["run", bundle, "-y"], "the bundle was not sent"),
+            (frame(data), ["runs"], "the command must be run"),
+            (frame(data), ["run", "@", "-y"], "the command must be run")]:
+        out = submit(stream, *argv)
+        assert out.returncode == 2 and message in out.stderr.decode(), out.stderr
+        assert not (remote_home / "bundles" / bundle).exists()
+    # A whole frame is stored (verified) before the run (this "login node" has no Slurm: the run then fails).
+    out = submit(frame(data), "run", bundle, "-y")
+    said = out.stdout.decode().splitlines()
+    assert said[:2] == [f"{MARK} {bundle} wanted", f"{MARK} {bundle} stored"], said
+    assert out.returncode != 0 and b"Traceback" not in out.stderr, out.stderr
+    assert (remote_home / "bundles" / bundle / "manifest.json").is_file()
+    again = submit(b"", "run", bundle, "-y")
+    assert again.stdout.decode().splitlines()[:1] == [f"{MARK} {bundle} present"]
+
+
 # ---- hostile values stay data
 
 

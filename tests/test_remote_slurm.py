@@ -23,7 +23,7 @@ import pytest
 
 from mxc.runtime.rundir import RunDir
 from tests.conftest import REPO
-from tests.remote_support import LOGIN, Laptop, login_node, running_sshd
+from tests.remote_support import LOGIN, Laptop, Sshd, login_node, running_sshd
 from tests.slurm_cluster import SlurmCluster
 from tests.slurm_jobs import slurm_sets, wait_for
 
@@ -38,6 +38,7 @@ class Remote:
     runs: Path  # the login node's runs root (the test peeks there to wait on events)
     canary: Path  # made by any hostile value that reached a shell unquoted
     cluster: SlurmCluster
+    sshd: Sshd
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def remote(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
         laptop = Laptop(root, sshd, SLURM_CONF=str(root / "no-slurm-on-the-laptop.conf"))
         out = laptop("cluster", "add", "hpc", LOGIN, "--mxc", str(mxc), "--home", home, "--runs-dir", runs)
         assert out.returncode == 0, out.stderr
-        yield Remote(laptop, root, Path(runs), canary, slurm_cluster)
+        yield Remote(laptop, root, Path(runs), canary, slurm_cluster, sshd)
         assert not canary.exists(), "a value reached the login shell unquoted"
 
 
@@ -100,11 +101,14 @@ def test_a_run_from_the_laptop_is_followed_waited_listed_triaged_and_reported(re
     assert listed["path"] == str(remote.runs / run_id), "runs live in the profile's runs root, named literally"
     assert run_id in laptop("runs", "--cluster", "hpc").stdout
 
-    # The same bundle again: nothing is copied (the transfer says so), the remote run is a new one.
+    # The same bundle again: nothing is copied (the transfer says so), the remote run is a new one, and
+    # it takes one command over the shared connection (the store's answer and the run in one call).
+    sessions = remote.sshd.log.read_text().count("Starting session: command")
     started = time.perf_counter()
     again, said = _submitted(remote, bundle)
     resubmit_s = time.perf_counter() - started
     assert "is in its store already (nothing copied)" in said and again != run_id
+    assert remote.sshd.log.read_text().count("Starting session: command") - sessions == 1
     push = json.loads(laptop("cluster", "push", "hpc", bundle, "--json").stdout)
     assert push["copied"] is False and push["bytes"] == 0
     print(f"no-op re-submit over the shared connection: {resubmit_s:.2f}s")

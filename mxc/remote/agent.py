@@ -6,7 +6,8 @@ The laptop never sends shell code, only this command with quoted words. It
 * sets the profile's ``MXC_HOME``/``MXC_RUNS_DIR``, expanding a leading ``~`` or ``$VAR`` here, in
   Python (``$SCRATCH/mxc-runs``), never through a shell, so the rest of a value stays literal;
 * then ``probe`` (version, sbatch, whether the store holds a bundle intact), ``receive`` (a bundle's
-  tar stream on stdin, verified, stored: mxc/remote/sync.py), ``report`` (the report made here and
+  tar stream on stdin, verified, stored: mxc/remote/sync.py), ``submit`` (``mxc run --cluster`` in one
+  call: the bundle asked for only when the store lacks it, stored, then run), ``report`` (the report made here and
   sent back as a tar of the file and its JSON summary), or ``run`` (an ordinary mxc command, one of
   ``FORWARDED``, run in this process: sbatch, records, alerts are this mxc's as always).
 """
@@ -25,7 +26,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from mxc import __version__
 from mxc.errors import UserError
@@ -48,6 +49,9 @@ def register(sub: Any) -> None:
     probe.add_argument("--bundle", help="whether the store holds this bundle intact")
     receive = actions.add_parser("receive")
     receive.add_argument("bundle", help="the hash the bundle on stdin must have")
+    submit = actions.add_parser("submit")
+    submit.add_argument("bundle", help="the bundle the command runs: asked for on stdout when the store lacks it")
+    submit.add_argument("argv", nargs=argparse.REMAINDER)
     report = actions.add_parser("report")
     report.add_argument("--suffix", choices=(".html", ".png"), default=".html")
     report.add_argument("--no-tsdb", action="store_true")
@@ -89,6 +93,8 @@ def _agent(args: argparse.Namespace) -> int:
         return _receive(args.bundle)
     if args.action == "report":
         return _report(args.refs, args.suffix, args.no_tsdb)
+    if args.action == "submit":
+        return _submit(args.bundle, args.argv)
     return _forward(args.argv)
 
 
@@ -118,15 +124,48 @@ def _executable() -> str:
 
 
 def _receive(bundle: str) -> int:
+    _answer({"bundle": bundle, **_store(sys.stdin.buffer, bundle)})
+    return 0
+
+
+def _store(stream: IO[bytes], bundle: str) -> dict[str, Any]:
+    """The bundle sent on ``stream``, proven to be ``bundle`` (mxc/remote/sync.py), in this store, and
+    the store's own integrity check of what is now on disk, before anything uses it."""
     from mxc.cli.common import store
     from mxc.remote.sync import unpack
 
-    files = unpack(sys.stdin.buffer, bundle)
+    files = unpack(stream, bundle)
     st = store()
     stored, how = st.put(files, bundle)
-    st.require_intact(stored)  # the store's own check of what is now on disk, before anything uses it
-    _answer({"bundle": bundle, "state": how.state, "files": len(files), "path": str(stored.path)})
-    return 0
+    st.require_intact(stored)
+    return {"state": how.state, "files": len(files), "path": str(stored.path)}
+
+
+def _submit(bundle: str, argv: list[str]) -> int:
+    """``mxc run --cluster`` in one call (one start of this mxc, one round trip): say whether the store
+    holds the bundle intact; if not, take it from stdin (``sync.frame``), verify and store it; then run."""
+    from mxc.cli.common import store
+    from mxc.node import integrity
+    from mxc.remote.sync import MARK, read_frame
+
+    if not integrity.valid_hash(bundle):
+        raise UserError(f"'{bundle[:80]}' is not a bundle hash (64 hex digits)")
+    if argv[:2] != ["run", bundle]:
+        raise UserError(f"remote-agent submit {bundle[:12]}: the command must be run {bundle[:12]}..., "
+                        f"not {' '.join(argv[:2])[:80] or 'nothing'}")
+    path = store().bundles / bundle
+    if os.path.lexists(path) and not integrity.check(path, bundle):
+        _say(f"{MARK} {bundle} present")
+    else:
+        _say(f"{MARK} {bundle} wanted")
+        _store(read_frame(0), bundle)
+        _say(f"{MARK} {bundle} stored")
+    return _forward(argv)
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _report(refs: list[str], suffix: str, no_tsdb: bool) -> int:

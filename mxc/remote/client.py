@@ -5,15 +5,18 @@ from __future__ import annotations
 import io
 import json
 import shlex
+import subprocess
+import sys
 import tarfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from mxc import __version__
 from mxc.errors import UserError
 from mxc.remote import ssh
 from mxc.remote.profiles import Cluster
-from mxc.remote.sync import Transfer, pack
+from mxc.remote.sync import MARK, Transfer, frame, pack
 
 PROBE_TIMEOUT = 120.0  # the remote mxc's start and a look at one bundle
 MAX_REPORT_BYTES = 512 << 20
@@ -69,6 +72,38 @@ def push(cluster: Cluster, bundle: Any) -> Transfer:
                         f"not bundle {bundle.hash[:12]}", code=1)
     return Transfer(cluster.name, bundle.hash, copied=True, files=files, bytes=len(data),
                     seconds=time.monotonic() - started)
+
+
+def submit(cluster: Cluster, bundle: Any, argv: list[str], told: Callable[[Transfer], None]) -> int:
+    """``argv`` (an ``mxc run HASH ...``) there in one call: the login node's mxc says whether its store
+    holds ``bundle``; if not, it is sent (``sync.frame``) and stored there, verified, before the run
+    starts. ``told`` hears what was copied; the command's output streams on; its exit status."""
+    started = time.monotonic()
+    transfer: Transfer | None = None
+    with ssh.opened(cluster, agent_command(cluster, "submit", bundle.hash, *argv), stdout=subprocess.PIPE) as process:
+        assert process.stdin is not None and process.stdout is not None
+        sent = (0, 0)
+        while transfer is None and (line := process.stdout.readline(1 << 16)):
+            words = line.decode("utf-8", "replace").split()
+            if " ".join(words[:3]) != MARK or words[3:4] != [bundle.hash]:
+                continue  # what a login shell's start-up files printed before the agent spoke
+            if words[4:] == ["wanted"]:
+                data, files = pack(bundle.path, bundle.hash)
+                process.stdin.write(frame(data))
+                process.stdin.flush()
+                sent = (files, len(data))
+            elif words[4:] == ["stored"]:
+                transfer = Transfer(cluster.name, bundle.hash, True, *sent, time.monotonic() - started)
+            elif words[4:] == ["present"]:
+                transfer = Transfer(cluster.name, bundle.hash, False, seconds=time.monotonic() - started)
+        if transfer is not None:
+            told(transfer)
+        out = sys.stdout.buffer
+        while chunk := process.stdout.read1(1 << 16):
+            out.write(chunk)
+            out.flush()
+        process.wait()
+    return ssh.exit_status(cluster, process.returncode)
 
 
 def forward(cluster: Cluster, argv: list[str]) -> int:

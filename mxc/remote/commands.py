@@ -274,9 +274,6 @@ def _run(args: argparse.Namespace) -> int:
         from mxc.cli.wait import check_interval
 
         check_interval(args.interval)
-    transfer = client.push(cluster, bundle)
-    if not args.quiet:
-        print(transfer.line(), file=sys.stderr)
     argv = ["run", bundle.hash, "-y"]
     for label in dict.fromkeys(args.labels):
         argv += ["--label", label]
@@ -286,7 +283,12 @@ def _run(args: argparse.Namespace) -> int:
         argv += ["--wait", "--interval", repr(args.interval)]
     if args.resume_from:
         argv += ["--resume-from", args.resume_from]
-    return client.forward(cluster, argv)
+
+    def told(transfer: Any) -> None:
+        if not args.quiet:
+            print(transfer.line(), file=sys.stderr)
+
+    return client.submit(cluster, bundle, argv, told)
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -117,10 +117,16 @@ def failure(cluster: Cluster, stderr: str, code: int) -> UserError:
     return UserError(f"cluster {cluster.name}: ssh to {cluster.login} failed: {last[:300]}", code=1)
 
 
+_connected: set[str] = set()  # logins this process has reached (one check per command, not per call)
+
+
 def connect(cluster: Cluster) -> None:
     """Make sure a shared connection to the login node is up (cheap when it is: a local socket
     check); otherwise log in once, which leaves the shared connection behind for later calls.
     UserError, one line, when the login node cannot be reached or refuses the login."""
+    if cluster.login in _connected:
+        return
+    _connected.add(cluster.login)
     if control_dir() is not None:
         check = subprocess.run(argv(cluster, None, control="check"), stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
@@ -143,6 +149,7 @@ def connect(cluster: Cluster) -> None:
         err.seek(0)
         text = err.read().decode("utf-8", "replace")
     if done.returncode != 0:
+        _connected.discard(cluster.login)
         raise failure(cluster, text, done.returncode)
 
 
@@ -171,18 +178,28 @@ def run(cluster: Cluster, command: str, input: bytes | None = None, timeout: flo
 
 def stream(cluster: Cluster, command: str, stdout: IO[bytes] | None = None) -> int:
     """Run ``command`` there with its output streaming to ours as it comes (``logs -f``); its exit
-    status. A connection lost on the way is one line and exit 1. Its stdin is a pipe held open until
-    it ends: when this process goes (Ctrl-C), the remote side reads end of file and stops
-    (``agent._end_with_the_laptop``)."""
-    connect(cluster)
-    with subprocess.Popen(argv(cluster, command), stdin=subprocess.PIPE, stdout=stdout) as done:
+    status. A connection lost on the way is one line and exit 1."""
+    with opened(cluster, command, stdout=stdout) as done:
         done.wait()
-    if done.returncode == NOT_FOUND:
+    return exit_status(cluster, done.returncode)
+
+
+def opened(cluster: Cluster, command: str, stdout: IO[bytes] | int | None = None) -> subprocess.Popen[bytes]:
+    """``command`` started there, its stdin a pipe held open until the caller is done with it: when this
+    process goes (Ctrl-C), the remote side reads end of file and stops (``agent._end_with_the_laptop``).
+    Its stderr is ours: the remote mxc's one-line errors reach the user as they are."""
+    connect(cluster)
+    return subprocess.Popen(argv(cluster, command), stdin=subprocess.PIPE, stdout=stdout)
+
+
+def exit_status(cluster: Cluster, code: int) -> int:
+    """The remote command's exit status, or UserError for what ssh or the login shell said instead."""
+    if code == NOT_FOUND:
         raise failure(cluster, "", NOT_FOUND)
-    if done.returncode == SSH_FAILED:
+    if code == SSH_FAILED:
         raise UserError(f"cluster {cluster.name}: the connection to {cluster.login} ended (ssh exit 255)",
                         "try again; mxc cluster check " + cluster.name + " says what is wrong", code=1)
-    return done.returncode
+    return code
 
 
 def disconnect(cluster: Cluster) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import tarfile
 from dataclasses import dataclass
 from typing import IO, Any
@@ -25,6 +26,7 @@ from mxc.node.integrity import MANIFEST
 
 MAX_BUNDLE_BYTES = 64 << 20  # a bundle is kilobytes: spec, scripts, the node program
 MAX_MEMBERS = 4096
+MARK = "mxc-agent: bundle"  # the agent's lines about a bundle in ``submit``: "<MARK> HASH present|wanted|stored"
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,36 @@ def pack(bundle_dir: Any, digest: str) -> tuple[bytes, int]:
     except integrity.BundleError as exc:
         raise UserError(f"bundle {digest[:12]} is damaged: {exc}", f"check it with: mxc verify {digest[:12]}") from None
     return out.getvalue(), len(names)
+
+
+def frame(data: bytes) -> bytes:
+    """``data`` as sent after the agent asked for it: its length on a line, then the bytes."""
+    return f"{len(data)}\n".encode() + data
+
+
+def read_frame(fd: int) -> IO[bytes]:
+    """The bytes of one ``frame`` read from descriptor ``fd``, exactly (nothing after it is consumed:
+    the rest of stdin is the laptop holding the connection open)."""
+    header = b""
+    while not header.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte or len(header) > 20:
+            raise UserError("the bundle was not sent (no length line on stdin)")
+        header += byte
+    try:
+        size = int(header)
+    except ValueError:
+        raise UserError("the bundle was not sent (no length line on stdin)") from None
+    if not 0 < size <= MAX_BUNDLE_BYTES:
+        raise UserError(f"the bundle sent is {size} bytes: refused (at most {MAX_BUNDLE_BYTES})")
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise UserError(f"the bundle sent ended after {size - left} of {size} bytes")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return io.BytesIO(b"".join(chunks))
 
 
 def unpack(stream: IO[bytes], digest: str) -> dict[str, str]:
