@@ -75,8 +75,15 @@ def pythons(pids: list[int], proc: Path = Path("/proc")) -> list[int]:
     return [p for p in pids if is_python(p, proc)]
 
 
+PY_SPY_ENV = "MXC_PY_SPY"  # the py-spy of the `mxc stacks` that started this program (srun --export=ALL)
+
+
 def find_py_spy() -> str | None:
-    """py-spy beside the running interpreter (a virtualenv's bin/), else on PATH."""
+    """The py-spy ``MXC_PY_SPY`` names (set by `mxc stacks` from its own environment, never read from
+    a run's files), else the one beside the running interpreter (a virtualenv's bin/), else on PATH."""
+    named = os.environ.get(PY_SPY_ENV, "")
+    if named.startswith("/") and os.path.isfile(named) and os.access(named, os.X_OK):
+        return named
     beside = Path(sys.executable).with_name("py-spy")
     return str(beside) if beside.exists() else shutil.which("py-spy")
 
