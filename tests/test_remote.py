@@ -297,3 +297,23 @@ def test_run_refuses_a_local_bundle_and_an_unconfirmed_submission_before_sending
     both = laptop("run", "--cluster", "t", slurm, "-y", "--local")
     assert both.returncode == 2 and "--local and --cluster" in both.stderr
     assert not (remote_home / "bundles").exists(), "a refused run sent its bundle"
+
+
+def test_run_sends_the_bundle_in_the_submitting_call_and_a_runs_root_slurm_cannot_export_is_refused(
+        laptop: Laptop, remote_mxc: Path, tmp_path: Path) -> None:
+    """The bundle goes in the same call as the submission (the login node's mxc asks for it when its
+    store lacks it), verified before the run; then the submission itself refuses a runs root sbatch
+    --export cannot carry (it splits on commas, refuses quotes, and the job then started without
+    MXC_RUN_DIR and failed): exit 2 before anything is queued, so no Slurm is needed here. The round
+    trip with Slurm is tests/test_remote_slurm.py."""
+    remote_home, quoted = tmp_path / "remote-home", tmp_path / "it's runs"
+    added(laptop, remote_mxc, "--home", str(remote_home), "--runs-dir", str(quoted))
+    bundle = laptop.build("--set", "runtime.backend=slurm")
+    first = laptop("run", "--cluster", "t", bundle, "-y", timeout=120)
+    assert first.returncode == 2, first.stderr
+    assert f"bundle {bundle[:12]} copied (" in first.stderr and "verified there" in first.stderr
+    assert "cannot be passed to sbatch --export" in first.stderr and "quotes" in first.stderr
+    assert (remote_home / "bundles" / bundle / "manifest.json").is_file()
+    again = laptop("run", "--cluster", "t", bundle, "-y", timeout=120)
+    assert again.returncode == 2 and "is in its store already (nothing copied)" in again.stderr, again.stderr
+    assert not quoted.exists() or not any(quoted.iterdir()), "a run was left behind"

@@ -83,18 +83,20 @@ def submit(cluster: Cluster, bundle: Any, argv: list[str], told: Callable[[Trans
     with ssh.opened(cluster, agent_command(cluster, "submit", bundle.hash, *argv), stdout=subprocess.PIPE) as process:
         assert process.stdin is not None and process.stdout is not None
         sent = (0, 0)
+        said = f"{MARK} {bundle.hash} "
         while transfer is None and (line := process.stdout.readline(1 << 16)):
-            words = line.decode("utf-8", "replace").split()
-            if " ".join(words[:3]) != MARK or words[3:4] != [bundle.hash]:
+            text = line.decode("utf-8", "replace").strip()
+            if not text.startswith(said):
                 continue  # what a login shell's start-up files printed before the agent spoke
-            if words[4:] == ["wanted"]:
+            state = text[len(said):]
+            if state == "wanted":
                 data, files = pack(bundle.path, bundle.hash)
                 process.stdin.write(frame(data))
                 process.stdin.flush()
                 sent = (files, len(data))
-            elif words[4:] == ["stored"]:
+            elif state == "stored":
                 transfer = Transfer(cluster.name, bundle.hash, True, *sent, time.monotonic() - started)
-            elif words[4:] == ["present"]:
+            elif state == "present":
                 transfer = Transfer(cluster.name, bundle.hash, False, seconds=time.monotonic() - started)
         if transfer is not None:
             told(transfer)
