@@ -1,8 +1,10 @@
 """A bundle copied by content: packed here from its verified bytes, checked there before it is stored.
 
 Bundles are addressed by their hash and never change, so "what the remote store lacks" is a
-whole bundle or nothing: the laptop asks whether the login node's store holds the hash intact
-(``agent.probe``) and sends only when it does not. The copy is one tar stream over the SSH
+whole bundle or nothing: the login node's mxc says whether its store holds the hash intact
+(``agent.probe`` for ``mxc cluster push``; for ``mxc run --cluster`` its ``submit`` asks, in the same
+call as the run, with a ``MARK`` line, and the laptop answers with one ``frame``) and the laptop
+sends only when it does not. The copy is one tar stream over the SSH
 connection already open (no rsync needed on either side: a bundle is a few hundred kilobytes,
 and there is nothing to patch in a file that cannot change). It is built from the bundle read
 through ``mxc.node.integrity`` here, and on the login node ``unpack`` takes it in memory, refuses
