@@ -163,7 +163,7 @@ def login_node(root: Path, env: dict[str, str]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in sorted(env.items()))
     script = root / "mxc"
-    script.write_text(f"#!/bin/sh\n# the login node's mxc (tests/sshd_server.py)\n{exports}"
+    script.write_text(f"#!/bin/sh\n# the login node's mxc (tests/remote_support.py)\n{exports}"
                       f"exec {shlex.quote(sys.executable)} -m mxc \"$@\"\n")
     script.chmod(0o755)
     return script

@@ -12,20 +12,13 @@ import os
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mxc.remote.commands import without_option
 from tests.conftest import SPECS
-from tests.remote_support import BADKEY, CLOSED, LOGIN, UNKNOWN, Laptop, Sshd, login_node, running_sshd
-
-
-@pytest.fixture(scope="module")
-def sshd() -> Iterator[Sshd]:
-    with running_sshd() as server:
-        yield server
+from tests.remote_support import BADKEY, CLOSED, LOGIN, UNKNOWN, Laptop, Sshd, login_node
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 
 from mxc.runtime.rundir import RunDir
 from tests.conftest import REPO
-from tests.remote_support import LOGIN, Laptop, Sshd, login_node, running_sshd
+from tests.remote_support import LOGIN, Laptop, Sshd, login_node
 from tests.slurm_cluster import SlurmCluster
 from tests.slurm_jobs import slurm_sets, wait_for
 
@@ -42,7 +42,7 @@ class Remote:
 
 
 @pytest.fixture(scope="module")
-def remote(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
+def remote(slurm_cluster: SlurmCluster, sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
     root = tmp_path_factory.mktemp("remote")
     bin_dir = root / "login" / "bin"
     bin_dir.mkdir(parents=True)
@@ -55,12 +55,11 @@ def remote(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
     # No quotes: Slurm's --export refuses them (tests/test_remote.py, which also sends quotes through ssh).
     home = f"{root}/login home $(touch {canary}) `touch {canary}` && touch {canary}"
     runs = f"{root}/runs $(touch {canary}) `touch {canary}`; touch {canary}"
-    with running_sshd() as sshd:
-        laptop = Laptop(root, sshd, SLURM_CONF=str(root / "no-slurm-on-the-laptop.conf"))
-        out = laptop("cluster", "add", "hpc", LOGIN, "--mxc", str(mxc), "--home", home, "--runs-dir", runs)
-        assert out.returncode == 0, out.stderr
-        yield Remote(laptop, root, Path(runs), canary, slurm_cluster, sshd)
-        assert not canary.exists(), "a value reached the login shell unquoted"
+    laptop = Laptop(root, sshd, SLURM_CONF=str(root / "no-slurm-on-the-laptop.conf"))
+    out = laptop("cluster", "add", "hpc", LOGIN, "--mxc", str(mxc), "--home", home, "--runs-dir", runs)
+    assert out.returncode == 0, out.stderr
+    yield Remote(laptop, root, Path(runs), canary, slurm_cluster, sshd)
+    assert not canary.exists(), "a value reached the login shell unquoted"
 
 
 def _remote_commands(*words: str) -> list[int]:
