@@ -105,8 +105,8 @@ def test_search_paths_are_allowed_with_absolute_entries_only(name: str, value: s
 
 def test_opt_in_must_name_a_variable_that_is_set_and_needs_it() -> None:
     (unused,) = errors_of(tiny_with("env:\n  allow_dangerous: [LD_PRELOAD]\n"))
-    assert unused == ("spec.yaml:3: env.allow_dangerous: env.allow_dangerous lists LD_PRELOAD, which env.vars does not "
-                      "set (remove it)")
+    assert unused == ("spec.yaml:3: env.allow_dangerous: env.allow_dangerous lists LD_PRELOAD, which neither env.vars "
+                      "sets nor env.pass passes (remove it)")
     (needless,) = errors_of(tiny_with("env:\n  allow_dangerous: [NCCL_DEBUG]\n  vars:\n    NCCL_DEBUG: WARN\n"))
     assert "lists NCCL_DEBUG, which needs no opt-in (remove it)" in needless
 

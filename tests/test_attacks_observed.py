@@ -28,7 +28,8 @@ from tests.conftest import REPO, Home
 
 STANDIN = REPO / "tests" / "standins" / "trainer.py"
 SETS = ("observability.enabled=true", "observability.ray=true", "observability.scrape_interval=1",
-        "runtime.preflight.stale_processes=false", "checkpoint.period=0")
+        "runtime.preflight.stale_processes=false", "checkpoint.period=0",
+        "env.pass=[MXCTEST_TRAINER]")  # the stand-in trainer's behaviour (tests/standins/trainer.py)
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
@@ -227,8 +228,11 @@ def test_an_observed_runs_ray_listens_on_loopback_and_its_temp_dir_goes_with_it(
         [run] = wait_for("the run directory", lambda: home.runs() and sorted(home.runs()), procs)
         seen = wait_for(f"{run.name} observed with Ray", lambda: services(procs[0], run, ray=True), procs)
         loopback_only(run, seen["sockets"])
-        [temp] = seen["temp"]  # Ray's temporary directory, under this user's /tmp/mxc-<uid>/ (0700)
-        assert temp.parent == scratch_root() and (scratch_root().stat().st_mode & 0o077) == 0
+        # Ray's temporary directory and the supervisor's registration, under this user's /tmp/mxc-<uid>/ (0700)
+        temps = seen["temp"]
+        ray_temps = [d for d in temps if {p.name for p in d.iterdir()} - {"owner.json"}]
+        assert len(temps) == 2 and len(ray_temps) == 1, temps
+        assert all(t.parent == scratch_root() for t in temps) and (scratch_root().stat().st_mode & 0o077) == 0
         everything = cancel_all(home, [run], procs)
     finally:
         for proc in procs:
@@ -236,4 +240,4 @@ def test_an_observed_runs_ray_listens_on_loopback_and_its_temp_dir_goes_with_it(
                 proc.kill()
                 proc.communicate()
     none_left(everything)
-    assert not temp.exists(), "Ray's temporary directory is removed at the end"
+    assert [t for t in temps if t.exists()] == [], "Ray's temporary directory and the registration go at the end"

@@ -12,7 +12,8 @@ from pathlib import Path
 from tests.test_observe_hang import supervise
 
 THREE_STEPS = ("runtime.preflight.stale_processes=false", "checkpoint.period=0", "model.overrides.steps=3",
-               "runtime.exit_grace=1", "runtime.hang.step_timeout=600")
+               "runtime.exit_grace=1", "runtime.hang.step_timeout=600",
+               "env.pass=[MXCTEST_TRAINER]")  # the stand-in trainer's behaviour (tests/standins/trainer.py)
 
 
 def exits(run: Path) -> list[dict[str, object]]:

@@ -211,7 +211,11 @@ def test_core_patterns(tmp_path: Path, pattern: str, uses_pid: str, expected: st
     pm = make(tmp_path, fake_proc(tmp_path, core_pattern=pattern, core_uses_pid=uses_pid), dmesg="")
     pm.begin()
     (tmp_path / "work").mkdir()
-    (tmp_path / "work" / "core-not-a-core").write_text("")  # core_uses_pid: core.<pid>, not any core*
+    decoy = tmp_path / "work" / "core-not-a-core"  # core_uses_pid: core.<pid>, not any core*
+    decoy.write_text("")
+    assert pm.marker is not None
+    later = pm.marker.stat().st_mtime_ns + 10**9  # newer than the marker whatever the clock's granularity
+    os.utime(decoy, ns=(later, later))
     pm.collect(139, None)
     limit = postmortem._kb(resource.getrlimit(resource.RLIMIT_CORE)[0])
     assert crash_note(tmp_path)[-1] == expected.format(work=tmp_path / "work", limit=limit)

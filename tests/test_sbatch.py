@@ -29,7 +29,17 @@ def resource_sets(mxc: Mxc, spec: Path, cluster: SlurmCluster, nodes: int) -> li
         flags.append(f"resources.gpus_per_node={cluster.gpus_per_node}")
     if (res.get("cpus_per_task") or 0) > cluster.cpus_per_node:
         flags.append(f"resources.cpus_per_task={cluster.cpus_per_node}")
+    flags += mesh_that_fits(resolved["model"].get("overrides") or {})
     return [arg for flag in flags for arg in ("--set", flag)]
+
+
+def mesh_that_fits(overrides: dict[str, object]) -> list[str]:
+    """A mesh for the test cluster: ici_fsdp and dcn_data take what is there (-1, MaxText's own
+    defaults), every other ici_*/dcn_* axis the spec sets becomes 1 (mxc build refuses a mesh that
+    does not multiply to the devices)."""
+    fill = {"ici_fsdp_parallelism": -1, "dcn_data_parallelism": -1}
+    axes = {key: 1 for key in overrides if key.startswith(("ici_", "dcn_")) and key.endswith("_parallelism")}
+    return [f"model.overrides.{axis}={size}" for axis, size in sorted((axes | fill).items())]
 
 
 def test_cluster_has_two_nodes_with_fake_gpus(slurm_cluster: SlurmCluster) -> None:

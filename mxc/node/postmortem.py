@@ -255,8 +255,8 @@ class Postmortem:
             return [f"core: handed to {handler} by kernel.core_pattern (see coredumpctl or the handler's directory)"], []
         where = Path(pattern) if pattern.startswith("/") else self.cwd / pattern
         directory, glob = where.parent, re.sub(r"%.", "*", where.name)
-        if sysread.read_int(self.proc / "sys" / "kernel" / "core_uses_pid") == 1:
-            glob += "*"
+        if sysread.read_int(self.proc / "sys" / "kernel" / "core_uses_pid") == 1 and "%p" not in pattern:
+            glob += ".*"  # the kernel appends .<pid> (core(5)); core-other is not this core
         if "%" in str(directory) or self.marker is None:
             return [f"core: not searched (core_pattern {pattern})"], []
         limit = _kb(resource.getrlimit(resource.RLIMIT_CORE)[0])

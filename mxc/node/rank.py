@@ -417,10 +417,13 @@ class Rank:
     def _dump_stacks(self, pids: list[int], py_spy: str | None) -> list[tuple[str, str]]:
         dumps = stacks.dump_stacks(stacks.pythons(pids), layout.stacks(self.run), f"hang.rank-{self.rank}.attempt-{self.attempt}",
                                    tool=py_spy or stacks.AUTO)
+        # faulthandler's stacks come through the trainer's output once it has died: Trainer fills those
+        # files then (_fill_faulthandler), so they count as holding stacks
+        kept = [d for d in dumps if d.ok or d.method == stacks.FAULTHANDLER]
         for dump in dumps:
-            if not dump.ok:  # the file says why; the record lists only files that hold stacks
+            if dump not in kept:  # the file says why; the record lists only files that hold stacks
                 self.log(f"no stacks of process {dump.pid} ({dump.method}): see {dump.path}")
-        return [(str(d.path), d.method) for d in dumps if d.ok]
+        return [(str(d.path), d.method) for d in kept]
 
     def _start_observer(self, contract: RunContract, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
         """mxc's node observer (exporter, Ray node; Prometheus on rank 0) where the batch side asks for it."""

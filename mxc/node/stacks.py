@@ -35,6 +35,7 @@ from pathlib import Path
 from . import sysread
 
 PYSPY_TIMEOUT = 60.0  # seconds for one py-spy dump
+FAULTHANDLER = "faulthandler"  # the method of a dump whose stacks come through the trainer's output
 FAULTHANDLER_WAIT = 10.0  # seconds for a process to print its stacks and die after SIGABRT
 AUTO = "auto"  # find py-spy (see find_py_spy)
 _PGRP = 2  # position of the process group in /proc/<pid>/stat after the (comm) field
@@ -74,8 +75,15 @@ def pythons(pids: list[int], proc: Path = Path("/proc")) -> list[int]:
     return [p for p in pids if is_python(p, proc)]
 
 
+PY_SPY_ENV = "MXC_PY_SPY"  # the py-spy of the `mxc stacks` that started this program (srun --export=ALL)
+
+
 def find_py_spy() -> str | None:
-    """py-spy beside the running interpreter (a virtualenv's bin/), else on PATH."""
+    """The py-spy ``MXC_PY_SPY`` names (set by `mxc stacks` from its own environment, never read from
+    a run's files), else the one beside the running interpreter (a virtualenv's bin/), else on PATH."""
+    named = os.environ.get(PY_SPY_ENV, "")
+    if named.startswith("/") and os.path.isfile(named) and os.access(named, os.X_OK):
+        return named
     beside = Path(sys.executable).with_name("py-spy")
     return str(beside) if beside.exists() else shutil.which("py-spy")
 
@@ -133,7 +141,7 @@ def dump_with_faulthandler(pid: int, out: Path, log: Path | None, wait: float = 
     begin = text.find("Fatal Python error")
     out.write_text(f"# faulthandler (SIGABRT to {pid}); from the training log\n" + (text[begin:] if begin >= 0 else text),
                    encoding="utf-8")
-    return StackDump(pid, out, "faulthandler", begin >= 0)
+    return StackDump(pid, out, FAULTHANDLER, begin >= 0)
 
 
 def dump_stacks(pids: list[int], out_dir: Path, tag: str, log: Path | None = None, tool: str | None = AUTO,

@@ -39,6 +39,7 @@ from typing import IO, Callable
 from . import barrier, procs
 from .contract import Hang, InfraPattern
 from .hangwatch import EXIT, SETTING, HangWatch, Hung
+from .stacks import FAULTHANDLER
 
 POLL_S = 0.2
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
@@ -350,7 +351,7 @@ class Trainer:
         try:
             for path, method in self.dump_stacks(procs.trainer_processes(proc.pid, self.markers)):
                 stacks.append(path)
-                if method == "faulthandler":
+                if method == FAULTHANDLER:
                     self._faulthandler_files.append(path)
         except Exception as exc:  # evidence is best effort; the kill is not
             self.log(f"stack dump failed: {exc}")

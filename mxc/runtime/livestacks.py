@@ -26,6 +26,7 @@ from typing import Any
 from mxc import fsutil
 from mxc.errors import UserError
 from mxc.node import livestacks as node_stacks
+from mxc.node.stacks import PY_SPY_ENV, find_py_spy
 from mxc.runtime import runs
 from mxc.runtime.record import RunRecord
 from mxc.runtime.rundir import RunDir
@@ -134,9 +135,12 @@ def _dump_job(run: RunDir, out_dir: Path, job_id: str, bundle_dir: Path, nodes: 
     argv = ["srun", f"--jobid={job_id}", "--overlap", "--ntasks-per-node=1", f"--nodes={nodes}", f"--ntasks={nodes}",
             "--export=ALL", python, "-E", "-s", "-B", str(bundle_dir / "mxc_node" / "__main__.py"), "stacks",
             str(run.path), str(out_dir)]
+    # this command's own py-spy, for nodes where neither the node program's interpreter nor PATH has one
+    py_spy = find_py_spy()
+    env = {**os.environ, **({PY_SPY_ENV: py_spy} if py_spy else {})}
     try:
         done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=SRUN_TIMEOUT_S,
-                              check=False)
+                              check=False, env=env)
     except subprocess.TimeoutExpired:
         raise UserError(f"srun on job {job_id}'s nodes did not finish within {SRUN_TIMEOUT_S:.0f}s", code=1) from None
     lists = sorted(out_dir.glob("node-*.json"))
