@@ -9,6 +9,7 @@ tests/test_flag_successors.py.)
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def test_top_help_lists_each_command_once(mxc: Mxc) -> None:
 
     out = mxc("--help")
     assert out.returncode == 0
-    commands = next(a for a in build_parser()._actions if a.dest == "command").choices  # type: ignore[attr-defined]
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     for name in commands:
         listed = re.findall(rf"^  mxc {re.escape(name)}\b", out.stdout, re.MULTILINE)
         assert listed, f"mxc {name} is not in mxc --help"
@@ -55,7 +56,7 @@ def _local_run(home: Path, mxc: Mxc, status: str, final: bool) -> str:
     run_id = f"20260101-000000-{'ab12' if final else 'cd34'}-{digest[:8]}"
     run = home / "runs" / run_id
     run.mkdir(parents=True)
-    RunRecord(run_id=run_id, bundle=digest, spec_name="tiny", backend="local", status=status,  # type: ignore[arg-type]
+    RunRecord(run_id=run_id, bundle=digest, spec_name="tiny", backend="local", status=status,
               final=final, started="2026-01-01T00:00:00Z").save(run / "record.json")
     return run_id
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 
 from mxc import __version__
 
@@ -59,8 +59,8 @@ class _TopHelp(argparse.RawDescriptionHelpFormatter):
     """``mxc --help``: DESCRIPTION lists every command once, with an example; argparse's own list
     of the subcommands (each again, with its one-line help) is left out."""
 
-    def _iter_indented_subactions(self, action: argparse.Action) -> Iterator[argparse.Action]:
-        return iter(())
+    def _iter_indented_subactions(self, action: argparse.Action) -> Generator[argparse.Action, None, None]:
+        yield from ()
 
 
 def build_parser() -> argparse.ArgumentParser:
