@@ -81,7 +81,8 @@ def _load(path: str) -> Loaded:
 def _extends(path: str, doc: Loaded) -> list[str]:
     raw = doc.data.get("extends")
     parents = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
-    return [posixpath.normpath(posixpath.join(posixpath.dirname(path), p)) for p in parents if isinstance(p, str)]
+    return [posixpath.normpath(posixpath.join(posixpath.dirname(path), p)) for p in parents
+            if isinstance(p, str) and not p.startswith("base:")]  # a shared base is not a file of this check
 
 
 def _schema_target(path: str, exc: SpecErrors) -> Target:

@@ -95,6 +95,20 @@ def test_compare_runs_reports_spec_and_environment(tmp_path: Path) -> None:
     assert data["losses"]["only_b_count"] == 1 and data["environment"][0]["what"] in ("hostname", "jax")
 
 
+def test_compare_exits_1_when_runs_differ_as_diff_does(mxc: Mxc, mxc_home: Path) -> None:
+    """`mxc diff` exits 1 on differences; `mxc compare` exited 0 whatever it found."""
+    host = {"hostname": "n1", "python": {"version": "3.12.1", "all_packages": {"jax": "0.12.0"}}}
+    a = _fake_run(mxc_home, "20260101-000000-0000", {"x": 1}, [6.0, 5.0, 4.0], host)
+    same_run = _fake_run(mxc_home, "20260101-000001-0000", {"x": 1}, [6.0, 5.0, 4.0], {**host, "hostname": "n2"})
+    other = _fake_run(mxc_home, "20260101-000002-0000", {"x": 1}, [6.0, 5.0, 3.0], host)
+    out = mxc("compare", a.run_id, same_run.run_id)
+    assert out.returncode == 0, out.stdout + out.stderr  # another host name is a note, not a difference
+    out = mxc("compare", a.run_id, other.run_id)
+    assert out.returncode == 1 and "first step beyond rtol=1e-05 atol=1e-08: 2" in out.stdout, out.stdout
+    out = mxc("compare", a.run_id, other.run_id, "--json")
+    assert out.returncode == 1 and json.loads(out.stdout)["differs"] is True
+
+
 # ---- real: three tiny trainings
 
 
@@ -135,7 +149,7 @@ def three_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str
 def test_same_bundle_twice_is_bit_identical(three_runs: tuple[Path, str, str, str], mxc: Mxc) -> None:
     home, a, b, _ = three_runs
     out = mxc("compare", a, b, env={"MXC_HOME": str(home)})
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, out.stderr  # nothing differs
     assert "spec: identical" in out.stdout
     assert "losses: 10 common steps (0..9)" in out.stdout and "bit-identical at every common step" in out.stdout
     assert "environment: 0 significant difference(s)" in out.stdout or "environment: identical" in out.stdout
@@ -151,8 +165,9 @@ def test_another_learning_rate_diverges(three_runs: tuple[Path, str, str, str], 
     home, a, _, c = three_runs
     png = tmp_path / "plots" / "compare.png"
     out = mxc("compare", a[:15], c, "--json", "-o", str(png), env={"MXC_HOME": str(home)})
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # they differ: exit 1, as mxc diff
     data = json.loads(out.stdout)
+    assert data["differs"] is True
     assert [ch["key"] for ch in data["spec_changes"]] == ["model.overrides.learning_rate"]
     assert data["spec_changes"][0]["kind"] == "added" and data["spec_changes"][0]["new"] == 0.001
     assert not [e for e in data["environment"] if e["significant"]]

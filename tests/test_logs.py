@@ -27,6 +27,7 @@ TWO_NODE = REPO / "tests/fixtures/runs/two-node"
 LOG = TWO_NODE / RUN / "train.log"
 CONFIG = re.compile(r"\] Config param ")
 PIECE = re.compile(r"'(, \(\)\)|, \(')")  # a piece of a cut logical_axis_rules value
+NOTICE = re.compile(r"^\d+: \[NO-OP\] ")
 
 
 @pytest.fixture(scope="module")
@@ -46,22 +47,39 @@ def test_config_dump_is_folded_per_rank_and_shown_with_config(home: Home) -> Non
     assert out.returncode == 0, out.stderr
     shown = out.stdout.splitlines()
     assert not [line for line in shown if CONFIG.search(line)]
-    folds = [line for line in shown if "folded" in line]
+    folds = [line for line in shown if "config lines folded" in line]
     # one line per rank; the pieces srun cut from long values (logical_axis_rules) fold with their line
     config = {r: sum(1 for line in raw_lines(r) if CONFIG.search(line)) for r in (0, 1)}
     pieces = {r: sum(1 for line in raw_lines(r) if not CONFIG.search(line) and PIECE.search(line)) for r in (0, 1)}
     assert config[0] > 400 and config[1] > 400 and pieces == {0: 8, 1: 8}
     assert sorted(folds) == [f"{r}: [... {config[r] + pieces[r]} config lines folded; --config to show]" for r in (0, 1)]
+    notices = [line for line in shown if "notices of optional modules" in line]
     # every other line is kept, in order
-    assert [line for line in shown if line not in folds] == [
-        line for line in raw_lines() if not CONFIG.search(line) and not PIECE.search(line)]
+    assert [line for line in shown if line not in folds and line not in notices] == [
+        line for line in raw_lines() if not CONFIG.search(line) and not PIECE.search(line) and not NOTICE.search(line)]
     full = home.cli("logs", RUN, "--config")
-    assert full.stdout.splitlines() == raw_lines()
+    assert [line for line in full.stdout.splitlines() if line not in notices] == [
+        line for line in raw_lines() if not NOTICE.search(line)]
+    assert home.cli("logs", RUN, "--all").stdout.splitlines() == raw_lines()
+
+
+def test_maxtexts_no_op_notices_are_folded_and_do_not_match_grep(home: Home) -> None:
+    """MaxText 0.2.5's six '[NO-OP] <module>: dependency missing; using stub. (ModuleNotFoundError)' lines
+    per rank opened every log and matched `--grep Error`: one line per rank says they were folded."""
+    assert sum(1 for line in raw_lines() if NOTICE.search(line)) == 12
+    folded = "[... 6 MaxText notices of optional modules replaced by stubs ('[NO-OP] ... dependency missing; using stub') " \
+             "folded; --all to show]"
+    shown = home.cli("logs", RUN).stdout.splitlines()
+    assert sorted(line for line in shown if "NO-OP" in line) == [f"0: {folded}", f"1: {folded}"]
+    errors = home.cli("logs", RUN, "--grep", "Error").stdout.splitlines()
+    assert not [line for line in errors if "ModuleNotFoundError" in line], errors
+    every = home.cli("logs", RUN, "--all", "--grep", "ModuleNotFoundError").stdout.splitlines()
+    assert len(every) == 10 and all("[NO-OP]" in line for line in every)  # ImportError: the other two
 
 
 def test_rank_keeps_only_that_ranks_lines(home: Home) -> None:
     for rank in (0, 1):
-        out = home.cli("logs", RUN, "--rank", str(rank), "--config")
+        out = home.cli("logs", RUN, "--rank", str(rank), "--all")
         assert out.returncode == 0, out.stderr
         assert out.stdout.splitlines() == raw_lines(rank)
         folded = home.cli("logs", RUN, "--rank", str(rank)).stdout.splitlines()

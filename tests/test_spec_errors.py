@@ -140,9 +140,12 @@ def test_extends_cycle_and_missing_parent(mxc: Mxc, mxc_home: Path, tmp_path: Pa
 
 
 def test_missing_spec_file(mxc: Mxc, mxc_home: Path) -> None:
+    """A missing spec is said to be missing (it was "1 problem in the spec"), with how to write one."""
     result = mxc("build", "specs/nope.yaml")
     assert result.returncode == 2
-    assert result.stderr.startswith("specs/nope.yaml: file not found")
+    assert result.stderr == "mxc: error: no spec file specs/nope.yaml (write one with: mxc init -o specs/nope.yaml)\n"
+    result = mxc("build", "specs")
+    assert result.returncode == 2 and result.stderr.startswith("mxc: error: specs is a directory, not a spec file")
     assert store_snapshot(mxc_home) == []
 
 

@@ -143,8 +143,11 @@ def test_segfault_keeps_a_core_and_its_native_backtrace(mxc: Mxc, mxc_home: Path
 
 
 def test_hang(mxc: Mxc, mxc_home: Path, tmp_path: Path) -> None:
-    """The trainer is stopped (SIGSTOP) at step 3: nothing moves until the train stage's timeout."""
-    bundle = build(mxc, tmp_path, {"runtime": {"timeouts": {"train": 45}, "signal_seconds": 10}})
+    """The trainer is stopped (SIGSTOP) at step 3: nothing moves until the train stage's timeout.
+    Triage calls a stage timeout a hang when no step came for 20 s before it (HANG_MIN_SECONDS); the
+    limit counts from the stage's start, which MaxText's start takes 25 s of quietly and up to 60 s
+    on a loaded 2-core machine (45 s failed there: 38 s to step 3, 7 s quiet). 90 s leaves 30 s."""
+    bundle = build(mxc, tmp_path, {"runtime": {"timeouts": {"train": 90}, "signal_seconds": 10}})
     rc, run_dir = run(mxc_home, bundle, signum=signal.SIGSTOP)
     assert rc == 124
     verdict = triage(mxc, run_dir)

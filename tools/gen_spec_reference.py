@@ -85,7 +85,8 @@ def input_rules() -> list[str]:
         "control character of a key or value escaped (`\\n`, `\\x1b`), so one error stays one line.",
         "",
         "**Files**: `extends` (and a sweep's `spec:`) reach only files of the spec's repository: the git work",
-        "tree holding the spec, else the spec's own directory. Paths are relative (an absolute one is refused),",
+        "tree holding the spec, else the spec's own directory, and of the directories of `MXC_SPEC_PATH`",
+        "([shared bases](#shared-bases)). Paths are relative (an absolute one is refused),",
         "resolved with symlinks followed, then checked; only regular files are read (no FIFO, device or",
         "directory), at most the size limit, and at most the number of files above. A file outside is refused",
         "before it is opened, so no line of it ever appears in a message or a CI annotation.",
@@ -164,18 +165,65 @@ def render() -> str:
         "# Spec reference (`mxc/v1`)",
         "",
         "Generated from the pydantic models by `tools/gen_spec_reference.py`; `mxc schema` prints the same",
-        "as JSON Schema. Unknown keys are errors everywhere. `extends` (a path or list of paths, relative to",
-        "the spec) merges parent specs first: mappings merge key by key, later wins; lists and scalars are",
+        "as JSON Schema (editors: [below](#editor-support)). Unknown keys are errors everywhere. `extends` (a",
+        "path or list of paths, relative to the spec, or `base:NAME`, a [shared base](#shared-bases)) merges",
+        "parent specs first: mappings merge key by key, later wins; lists and scalars are",
         "replaced whole. A key set to `null` in the extending spec removes what a parent set (an inherited",
         "override or variable; nothing else can drop one); `null` for a key no parent sets is validated like",
         "any value (an error where a value is needed). `mxc build SPEC --set key.path=value` overrides any",
         "field (the value is read as YAML; `--set key.path=null` removes the key, `--set key.path=` sets an",
         "empty string). An empty string",
         "reaches MaxText as an empty string: `profiler: \"\"` is passed as `profiler=''` (MaxText's command",
-        "line reads `profiler=` as None), as are the texts `null` and `~`.",
+        "line reads `profiler=` as None), as are the texts `null` and `~`. `mxc init` writes a first spec",
+        "([guide](guide.md)). What mxc refuses in any spec whatever the field (limits, files, variables,",
+        "container options): [input rules](#input-rules-every-spec-base-spec-sweep-file-and---set-value), after",
+        "the field tables.",
         "",
     ]
-    return "\n".join(head + input_rules() + run_time_placeholders() + section("JobSpec", schema, defs, ""))
+    return "\n".join(head + section("JobSpec", schema, defs, "") + shared_bases() + editor_support()
+                     + run_time_placeholders() + input_rules())
+
+
+def shared_bases() -> list[str]:
+    """``extends: base:NAME`` and MXC_SPEC_PATH (mxc/specfiles.py)."""
+    return [
+        "## Shared bases",
+        "",
+        "`extends: base:NAME` names a base spec on the search path `MXC_SPEC_PATH`, which the user sets",
+        "outside any spec (directories separated by `:`, searched in order, like `PATH`), so a team keeps one",
+        "`cuda.yaml` for specs in every repository:",
+        "",
+        "```yaml",
+        "# ~/team-specs/cuda.yaml, with export MXC_SPEC_PATH=~/team-specs",
+        "extends: base:cuda.yaml      # the first directory of MXC_SPEC_PATH that has cuda.yaml",
+        "name: my-run",
+        "```",
+        "",
+        "NAME is a `.yaml`/`.yml` file relative to a search directory (subdirectories allowed, no `..`, not",
+        "absolute). A plain path in `extends` is never looked up on the search path: `base:` says which is",
+        "meant. The base is read like a repository base: its real path must be inside its search directory",
+        "(a symlink out is refused before it is opened), a regular file, at most the size limit; its own",
+        "`extends` are relative to it (and stay inside the search directory) or `base:` again. What the base",
+        "holds is merged into the resolved spec, so it is in the bundle's `spec.json` and its hash: the same",
+        "base found in another directory gives the same bundle, an edited base another one. Where it was",
+        "found is not in the bundle (no build-machine paths); errors name the file where it was read.",
+        "",
+    ]
+
+
+def editor_support() -> list[str]:
+    """The yaml-language-server modeline that ``mxc init`` writes (mxc/cli/init.py)."""
+    return [
+        "## Editor support",
+        "",
+        "`mxc schema > specs/mxc-spec.schema.json` writes the JSON Schema of this page beside the specs. A spec",
+        "whose first line is `# yaml-language-server: $schema=mxc-spec.schema.json` (a path relative to the",
+        "spec) gets completion, hovers and errors in editors that use the YAML language server (VS Code's YAML",
+        "extension, Neovim, Helix, Zed). `mxc init` writes that line and, when the file is not there yet, the",
+        "schema beside the spec it writes; regenerate it with `mxc schema` after upgrading mxc. The line is a",
+        "comment: mxc ignores it, and it is no part of the bundle or its hash.",
+        "",
+    ]
 
 
 def run_time_placeholders() -> list[str]:

@@ -37,6 +37,8 @@ def register(sub: Any) -> None:
                     "mxc show 3f9a\nmxc show 3f9a --file job.sbatch", _show)
     p.add_argument("bundle", help="bundle hash or unique prefix, @ (the last built: what `mxc run` runs), @~N, label:NAME")
     p.add_argument("--file", help="print this bundle file instead of the summary")
+    p.add_argument("--files", action="store_true",
+                   help="list every file with its sha256 (the node program's mxc_node/*.py too: one line by default)")
     add_json(p)
 
     p = add_command(sub, "diff", "show what differs between two specs or bundles, field by field",
@@ -167,11 +169,11 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"hash": bundle.hash, "path": str(bundle.path), "files": files, "spec": spec})
         return 0
-    print(f"bundle  {bundle.hash}\npath    {bundle.path}\nname    {_field(spec, 'name')}\nfiles")
-    for name, digest in sorted(files.items()):
-        print(f"  {digest[:12]}  {name}")
-    print("spec")
+    print(f"bundle  {bundle.hash}\npath    {bundle.path}\nname    {_field(spec, 'name')}\nspec")
     print("  " + json.dumps(spec, indent=2, sort_keys=True).replace("\n", "\n  "))
+    print("files")
+    for line in _file_lines(files, args.files):
+        print(line)
     env = spec.get("env")
     opt_in = env.get("allow_dangerous") if isinstance(env, dict) else None
     if opt_in and isinstance(opt_in, list):
@@ -190,6 +192,16 @@ def _show(args: argparse.Namespace) -> int:
 
         print(f"warning: {container_policy.opt_in_notice([str(e) for e in container_opt_in])}")
     return 0
+
+
+def _file_lines(files: dict[str, str], every: bool) -> list[str]:
+    """The bundle's files after its spec: each with its hash, the node program's as one line
+    (the same ~40 stdlib modules in every bundle) unless ``every``."""
+    node = sorted(name for name in files if name.startswith("mxc_node/"))
+    lines = [f"  {digest[:12]}  {name}" for name, digest in sorted(files.items()) if every or name not in node]
+    if node and not every:
+        lines.append(f"  {len(node)} files   mxc_node/ (the node program; --files lists each with its hash)")
+    return lines
 
 
 def _load_side(ref: str) -> tuple[dict[str, Any], dict[str, str], str]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from typing import Any
 
-from mxc.cli.common import add_command, add_json, print_json, table
+from mxc.cli.common import add_command, add_json, print_json, shown, table
 
 FORMATS = ("text", "github", "junit", "json")
 
@@ -30,8 +31,11 @@ def register(sub: Any) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     add_json(p)
 
-    p = add_command(sub, "flags", "list the XLA flags of a jaxlib version: type, default, documentation",
-                    "mxc flags --search latency\nmxc flags --jaxlib 0.6.2 --json", _flags)
+    p = add_command(sub, "flags", "list the XLA flags of a jaxlib version (type, default, documentation), or show one",
+                    "mxc flags --search latency\nmxc flags xla_gpu_enable_command_buffer   # one flag, in full\n"
+                    "mxc flags --jaxlib 0.6.2 --json", _flags)
+    p.add_argument("name", nargs="?", metavar="FLAG",
+                   help="show this flag in full: documentation, jaxlibs that have it, its successor if renamed")
     p.add_argument("--search", metavar="WORD", help="only flags whose name or documentation contains WORD")
     p.add_argument("--jaxlib", metavar="VERSION", help="catalog to show (default: the default catalog)")
     p.add_argument("--versions", action="store_true", help="list the jaxlib versions with a catalog")
@@ -81,6 +85,8 @@ def _flags(args: argparse.Namespace) -> int:
     if version not in versions:
         raise UserError(f"no XLA flag catalog for jaxlib {version}", f"shipped: {', '.join(versions)}")
     catalog = xla_catalog(version)
+    if args.name:
+        return _one_flag(args.name.removeprefix("--").split("=", 1)[0], version, args.json)
     word = (args.search or "").lower()
     flags = [f for f in catalog.flags.values() if not word or word in f.name.lower() or word in f.doc.lower()]
     if args.json:
@@ -88,14 +94,64 @@ def _flags(args: argparse.Namespace) -> int:
             {"name": f.name, "type": f.type, "default": f.default, "doc": f.doc, "deprecated": f.deprecated,
              "proto_enum": list(f.proto_enum), "list": f.is_list} for f in flags]})
         return 0
-    rows = [[f.name, f.type, _short(repr(f.default) if f.type == "string" else str(f.default).lower()), _short(f.doc, 70)]
-            for f in flags]
+    terminal = sys.stdout.isatty()
+    rows = [[f.name, f.type, _default(f, 30 if terminal else 0), " ".join(f.doc.split())] for f in flags]
     if rows:
-        print(table(rows, ["FLAG", "TYPE", "DEFAULT", "DOC"]))
-    print(f"{len(flags)} of {len(catalog.flags)} flags of jaxlib {version}", file=sys.stderr)
+        print(_fitted(table(rows, ["FLAG", "TYPE", "DEFAULT", "DOC"])))
+    print(f"{len(flags)} of {len(catalog.flags)} flags of jaxlib {version}"
+          + ("; mxc flags FLAG shows one in full" if terminal else ""), file=sys.stderr)
     return 0 if flags else 1
 
 
-def _short(text: str, width: int = 40) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _default(flag: Any, width: int = 0) -> str:
+    text = repr(flag.default) if flag.type == "string" else str(flag.default).lower()
+    return text[: width - 1] + "…" if width and len(text) > width else text
+
+
+def _fitted(text: str) -> str:
+    """On a terminal each row is cut at its width (the documentation is the last column); piped or
+    redirected, every line is whole, for grep and for people reading a file."""
+    if not sys.stdout.isatty():
+        return text
+    import shutil
+
+    width = shutil.get_terminal_size().columns
+    return "\n".join(line if len(line) <= width else line[: width - 1] + "…" for line in text.splitlines())
+
+
+def _one_flag(name: str, version: str, as_json: bool) -> int:
+    """``mxc flags NAME``: one flag of jaxlib ``version`` in full, or what became of it."""
+    from mxc.compiler.check.catalogs import all_flag_versions, xla_catalog
+    from mxc.compiler.check.xla_successors import successors, suggest
+    from mxc.errors import UserError
+
+    flag = xla_catalog(version).flags.get(name)
+    successor = successors(version).get(name)
+    known = all_flag_versions().get(name, ())
+    if flag is None and not known:
+        raise UserError(f"{name}: not an XLA flag of jaxlib {version} nor of any shipped catalog",
+                        suggest(name, version) or "search with: mxc flags --search WORD")
+    if as_json:
+        print_json({"jaxlib_version": version, "name": name, "in_this_jaxlib": flag is not None, "jaxlibs": list(known),
+                    "successor": None if successor is None else {"name": successor.name, "value": successor.value,
+                                                                 "documented_in": successor.said_by},
+                    **({} if flag is None else {"type": flag.type, "default": flag.default, "doc": flag.doc,
+                                                "deprecated": flag.deprecated, "proto_enum": list(flag.proto_enum),
+                                                "list": flag.is_list})})
+        return 0 if flag is not None else 1
+    lines = [f"{name}  (jaxlib {version})"]
+    if flag is None:
+        lines.append(f"  not a flag of jaxlib {version}; jaxlib {', '.join(known)} had it")
+    else:
+        lines.append(f"  type {flag.type}{' (a list)' if flag.is_list else ''}, default {_default(flag)}"
+                     + ("; deprecated" if flag.deprecated else ""))
+        if flag.proto_enum:
+            lines.append("  values: " + ", ".join(flag.proto_enum))
+        lines.append(f"  in jaxlib {', '.join(known)}")
+        lines += ["", *textwrap.wrap(" ".join(flag.doc.split()), 100, initial_indent="  ", subsequent_indent="  ")]
+    if successor is not None and flag is not None:
+        lines += ["", f"  successor: {successor.setting} (from jaxlib {successor.said_by}'s documentation above)"]
+    elif successor is not None:
+        lines += ["", "  " + successor.hint(name)]
+    print("\n".join(shown(line) for line in lines))
+    return 0 if flag is not None else 1

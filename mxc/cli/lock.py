@@ -79,7 +79,8 @@ def _lock(args: argparse.Namespace) -> int:
         if lock.image is not None:
             was = old.get("image", {}).get("digest")
             note = f" (was {was})" if was and was != lock.image.digest else ""
-            print(f"image   {lock.image.ref} -> {lock.image.digest}{note}")
+            how = " (pinned in the spec: no registry asked)" if lock.image.source == "spec" else ""
+            print(f"image   {lock.image.ref} -> {lock.image.digest}{note}{how}")
         if lock.code.commit is not None:
             was = old.get("code", {}).get("commit")
             note = f" (was {was})" if was and was != lock.code.commit else ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 
 from mxc import __version__
 
@@ -27,6 +27,7 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc show 3f9a                 a bundle by any unique hash prefix
   mxc diff A B                  what differs between two specs or bundles
   mxc verify 3f9a               recompute every hash of a stored bundle
+  mxc schema                    the spec's JSON Schema (editors: yaml-language-server), --record the run record's
   mxc check specs/              XLA/NCCL flags, MaxText overrides and rules; --probe, --matrix
   mxc flags --search latency    the XLA flag catalog of the pinned jaxlib
   mxc lock specs/70b.yaml       pin image digest, code commit, Python hashes in lockfiles/
@@ -56,12 +57,19 @@ Exit codes: 0 success, 1 a check found a difference or a problem, 2 bad input.
 """
 
 
+class _TopHelp(argparse.RawDescriptionHelpFormatter):
+    """``mxc --help``: DESCRIPTION lists every command once, with an example; argparse's own list
+    of the subcommands (each again, with its one-line help) is left out."""
+
+    def _iter_indented_subactions(self, action: argparse.Action) -> Generator[argparse.Action, None, None]:
+        yield from ()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mxc", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(prog="mxc", description=DESCRIPTION, formatter_class=_TopHelp)
     parser.add_argument("--version", action="version", version=f"mxc {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands",
+                                help="one of the commands above; `mxc COMMAND --help` shows its options and an example")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser

@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
                    "(default: @, as `mxc show @` and the last line of `mxc ls`)")
     _add_run_options(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
-                   help="not allowed: a bundle is immutable (use `mxc build --set`)")
+                   help=argparse.SUPPRESS)  # refused with a hint: a bundle is immutable (mxc build --set)
     p.add_argument("--detach", action="store_true",
                    help="local runs: print the run id and return at once; the run goes on without this terminal "
                         "(follow: mxc logs RUN -f; stop: mxc cancel RUN)")
@@ -62,7 +62,8 @@ def register(sub: Any) -> None:
     p.add_argument("--ids", action="store_true", help=argparse.SUPPRESS)  # run ids, one a line (completion)
     add_json(p)
 
-    p = add_command(sub, "logs", "print a run's training log (default: the latest run), MaxText's config dump folded",
+    p = add_command(sub, "logs", "print a run's training log (default: the latest run), MaxText's config dump and "
+                    "[NO-OP] notices folded",
                     "mxc logs 20260101-120000\nmxc logs -f --rank 1 --grep 'loss|Error' --tail 50\n"
                     "mxc logs RUN --since 10m     # lines logged in the last 10 minutes\n"
                     "mxc logs RUN --config        # with MaxText's `Config param` lines", _logs)
@@ -77,6 +78,9 @@ def register(sub: Any) -> None:
                    "or an ISO time (2026-11-24T01:47; local time unless Z or an offset); a line's time is the "
                    "one it was logged with (absl/TSL prefix, mxc's 'at ...Z'), else the last one before it")
     p.add_argument("--config", action="store_true", help="show MaxText's config dump (folded into one line by default)")
+    p.add_argument("--all", dest="every_line", action="store_true",
+                   help="show every line: MaxText's config dump and its '[NO-OP] ... using stub' notices of optional "
+                        "modules (each folded into one line by default)")
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -517,7 +521,8 @@ def _log_view(args: argparse.Namespace, run: Any = None) -> Any:
         raise UserError(f"--rank: {args.rank} is not a rank (0, 1, ...)")
     grep = logview.compile_grep(args.grep) if args.grep is not None else None
     since = logview.parse_since(args.since, datetime.now(UTC)) if args.since is not None else None
-    want = logview.Filter(rank=args.rank, grep=grep, since=since, config=args.config, attempts=args.attempts)
+    want = logview.Filter(rank=args.rank, grep=grep, since=since, config=args.config or args.every_line,
+                          notices=args.every_line, attempts=args.attempts)
     if run is None:
         return None
     try:

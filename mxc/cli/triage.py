@@ -19,8 +19,9 @@ def register(sub: Any) -> None:
     add_json(p)
 
     p = add_command(sub, "compare", "compare two runs: spec fields, environment drift, the first step where "
-                    "losses diverge, the step-time ratio",
-                    "mxc compare 20260101-1200 20260102-0900\nmxc compare A B --json -o compare.png", _compare)
+                    "losses diverge, the step-time ratio; exit 1 when they differ (as mxc diff)",
+                    "mxc compare 20260101-1200 20260102-0900   # exit 0: same spec, environment and losses\n"
+                    "mxc compare A B --json -o compare.png", _compare)
     p.add_argument("a", help="run id (or unique prefix): the reference")
     p.add_argument("b", help="run id (or unique prefix): the run compared with it")
     p.add_argument("-o", "--output", metavar="PNG", help="also draw loss, loss difference and step time to this file")
@@ -176,15 +177,16 @@ def _compare(args: argparse.Namespace) -> int:
         from mxc.report.data import gather
 
         picture = write_png(gather(run_a, rec_a, with_tsdb=False), gather(run_b, rec_b, with_tsdb=False), result, out)
+    code = 1 if result.differs else 0  # as `mxc diff`: 1 when something differs
     if args.json:
         data = result.as_dict()
         data["plot"] = str(picture) if picture else None
         print_json(data)
-        return 0
+        return code
     print(render_comparison(result))
     if picture:
         print(f"plot: {picture}")
-    return 0
+    return code
 
 
 def render_comparison(result: Any) -> str:

@@ -100,12 +100,15 @@ def _look(run: Any, snapshot: Any = None) -> tuple[Any, bool]:
     except (OSError, ValueError) as exc:
         print(f"mxc: error: run {run.run_id}: record.json is unreadable ({str(exc).splitlines()[0]})", file=sys.stderr)
         return None, False
-    if before.final:
+    status = runs.shown_status(before)
+    if before.backend != "slurm":  # named by the user: say why nothing is done (a local run needs no watch)
+        what = ("lost: `mxc cancel` ends what is left of it" if status == "lost"
+                else "final" if before.final else "live: its own `mxc run` keeps its record and restarts it")
+        print(f"mxc: run {run.run_id} is a {before.backend} run ({status}), {what}; only Slurm runs need "
+              "`mxc watch` (local runs record themselves)", file=sys.stderr)
         return before, True
-    if before.backend != "slurm":
-        what = "lost: `mxc cancel` ends what is left of it" if runs.shown_status(before) == "lost" \
-            else "its supervisor (mxc run) keeps its record"
-        print(f"mxc: run {run.run_id} is a {before.backend} run, {what}", file=sys.stderr)
+    if before.final:
+        print(f"mxc: run {run.run_id}: {status}, its record is final: nothing left to watch", file=sys.stderr)
         return before, True
     from mxc.runtime.slurm.backend import refresh
 

@@ -34,8 +34,12 @@ class LockedImage(_Strict):
 
     ref: str = Field(min_length=1, description="the spec's image.ref, verbatim")
     digest: Digest = Field(description="manifest digest at the registry (or sha256 of the .sif file)")
-    media_type: str = Field(description="manifest media type (OCI/Docker manifest or index), or application/x-apptainer-sif")
-    source: Literal["registry", "file"] = Field(description="registry: resolved through the OCI API; file: a local .sif")
+    media_type: str | None = Field(None, description="manifest media type (OCI/Docker manifest or index), or "
+                                   "application/x-apptainer-sif; none when the spec pinned the digest and no registry "
+                                   "was asked")
+    source: Literal["registry", "file", "spec"] = Field(
+        description="registry: resolved through the OCI API; file: a local .sif; spec: the digest the spec pins, "
+                    "taken as written (mxc lock asks no registry when everything is pinned; the pull verifies it)")
 
 
 class LockedCode(_Strict):

@@ -4,6 +4,9 @@ Merge rule (the only one): mappings merge key by key, recursively, later wins; l
 scalars are replaced whole. ``extends`` paths are relative to the file that names them;
 parents merge in the order listed, then the file itself, then ``--set`` overrides.
 
+``extends: base:NAME`` names a shared base instead of a path: the Reader finds it (its ``find_base``;
+mxc/specfiles.py looks on ``MXC_SPEC_PATH``), and its own relative ``extends`` are relative to it.
+
 Which files ``extends`` may reach is the Reader's decision (the filesystem edge, mxc/specfiles.py,
 confines it to the spec's repository): a Reader refuses with ``ReadRefused``, reported at the
 ``extends`` line that named the file. Here, without any I/O: absolute paths are refused and at
@@ -25,6 +28,7 @@ Reader = Callable[[str], bytes]
 """Returns a file's bytes; raises OSError (FileNotFoundError, ...) when it cannot, ReadRefused when it may not."""
 
 SET_SOURCE = "--set"
+BASE_PREFIX = "base:"
 
 
 class ReadRefused(Exception):
@@ -37,8 +41,10 @@ class ReadRefused(Exception):
 
 
 def resolve(path: str, read: Reader, overrides: tuple[str, ...] = ()) -> Loaded:
-    """Load ``path`` with its ``extends`` chain merged and ``overrides`` applied."""
-    merged = _load_tree(posixpath.normpath(path), _counted(read), chain=(), referrer=None)
+    """Load ``path`` with its ``extends`` chain merged and ``overrides`` applied. ``read`` may have a
+    ``find_base(name) -> path`` (raising ReadRefused): without one, ``extends: base:NAME`` is refused."""
+    find_base: Callable[[str], str] | None = getattr(read, "find_base", None)
+    merged = _load_tree(posixpath.normpath(path), _counted(read), chain=(), referrer=None, find_base=find_base)
     apply_overrides(merged, overrides)
     return merged
 
@@ -82,7 +88,8 @@ def load_file(path: str, read: Reader, referrer: tuple[str, int] | None = None) 
     except FileNotFoundError:
         raise SpecErrors.one(
             file, line, key, f"file not found: {path}",
-            "paths in 'extends' are relative to the spec that names them" if referrer else "",
+            "paths in 'extends' are relative to the spec that names them; base:NAME names a shared base "
+            "on MXC_SPEC_PATH" if referrer else "",
         ) from None
     except OSError as exc:
         what = f"cannot read {path}" if referrer else "cannot read"
@@ -90,7 +97,25 @@ def load_file(path: str, read: Reader, referrer: tuple[str, int] | None = None) 
     return load_yaml(path, decode(path, raw))
 
 
-def _load_tree(path: str, read: Reader, chain: tuple[str, ...], referrer: tuple[str, int] | None) -> Loaded:
+def _parent_path(parent: str, path: str, where: int | None, find_base: Callable[[str], str] | None) -> str:
+    """Where an ``extends`` entry of ``path`` points: a shared base found by the Reader, or a path
+    relative to ``path``."""
+    if parent.startswith(BASE_PREFIX):
+        if find_base is None:
+            raise SpecErrors.one(path, where, "extends", f"{parent[:120]}: shared bases cannot be read here")
+        try:
+            return posixpath.normpath(find_base(parent[len(BASE_PREFIX):]))
+        except ReadRefused as exc:
+            raise SpecErrors.one(path, where, "extends", exc.message, exc.suggestion) from None
+    if parent.startswith("/"):
+        raise SpecErrors.one(path, where, "extends", f"{parent}: an absolute path",
+                             "extends takes paths relative to the spec, inside its repository, or base:NAME "
+                             "(a shared base on MXC_SPEC_PATH)")
+    return posixpath.normpath(posixpath.join(posixpath.dirname(path), parent))
+
+
+def _load_tree(path: str, read: Reader, chain: tuple[str, ...], referrer: tuple[str, int] | None,
+               find_base: Callable[[str], str] | None = None) -> Loaded:
     if path in chain:
         cycle = " -> ".join((*chain[chain.index(path):], path))
         file, line = referrer or (path, 1)
@@ -108,11 +133,8 @@ def _load_tree(path: str, read: Reader, chain: tuple[str, ...], referrer: tuple[
     base = Loaded({}, {})
     for index, parent in enumerate(parents):
         where = doc.lines.get(("extends", index), ext_line) if listed else ext_line
-        if parent.startswith("/"):
-            raise SpecErrors.one(path, where[1], "extends", f"{parent}: an absolute path",
-                                 "extends takes paths relative to the spec, inside its repository")
-        target = posixpath.normpath(posixpath.join(posixpath.dirname(path), parent))
-        _merge_into(base, _load_tree(target, read, (*chain, path), where))
+        target = _parent_path(parent, path, where[1], find_base)
+        _merge_into(base, _load_tree(target, read, (*chain, path), where, find_base))
     _merge_into(base, doc)
     return base
 

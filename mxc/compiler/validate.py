@@ -115,6 +115,8 @@ def _to_spec_errors(doc: Loaded, err: Any, main_file: str) -> list[Located]:
         message = "unknown key"
     elif kind == "missing":
         message = "required key is missing"
+        if loc == ("image", "digest"):
+            suggestion = digest_hint(doc, main_file)
     elif kind == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
         choices = re.findall(r"'([^']*)'", expected)
@@ -159,6 +161,22 @@ _PATTERN_HINTS = {
     "ref": "expected an image reference or .sif path: no whitespace, not starting with '-'",
     "dir": "expected an absolute path without ',', ':' or whitespace (it is bound into containers as is)",
 }
+
+
+def digest_hint(doc: Loaded, main_file: str) -> str:
+    """How to get the digest a spec lacks: mxc lock (asks the registry once, writes it to the
+    lockfile), or read it with skopeo or from a local Podman store and write it into the spec."""
+    from shlex import quote  # the commands are for copying into a shell: a spec's ref is anyone's text
+
+    image = doc.data.get("image")
+    ref = str(image.get("ref", "")) if isinstance(image, dict) else ""
+    spec = quote(main_file)
+    if ref.endswith(".sif") or ref.startswith(("/", "./", "../")):
+        return f"the sha256 of the file: mxc lock {spec} writes it (or: sha256sum {quote(ref)})"
+    name = ref.removeprefix("docker://")
+    return (f"pin it: mxc lock {spec} && mxc build --locked {spec}; or write the manifest digest into "
+            f"image.digest: skopeo inspect --format '{{{{.Digest}}}}' {quote('docker://' + name)}, or the DIGEST "
+            f"column of podman images --digests {quote(name)}")
 
 
 def _lower_first(text: str) -> str:

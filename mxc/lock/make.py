@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from mxc import __version__
 from mxc.compiler import Bundle, compile_spec
 from mxc.compiler.lockfile import LOCK_FORMAT, Lock, LockedCode, LockedImage, LockedPython, lock_document
-from mxc.compiler.resolve import resolve
+from mxc.compiler.resolve import ReadRefused, resolve
 from mxc.errors import UserError
 from mxc.lock.paths import LOCK_DIR, lock_path, project_root, relative, shown
 from mxc.lock.requirements import describe, parse, sha256_file
@@ -37,7 +37,10 @@ class Locked:
     bundle: Bundle
 
 
-def lock_image(image: dict[str, Any], insecure: frozenset[str]) -> LockedImage:
+def lock_image(image: dict[str, Any], insecure: frozenset[str], previous: LockedImage | None = None) -> LockedImage:
+    """The image's digest: a ``.sif`` file hashed here, a digest the spec pins taken as written (no
+    registry is asked: ``mxc lock`` of a fully pinned spec works offline; the pull verifies the
+    digest), else the tag resolved at its registry."""
     from mxc.lock.reference import is_sif, parse_ref
 
     ref = str(image.get("ref", ""))
@@ -58,6 +61,10 @@ def lock_image(image: dict[str, Any], insecure: frozenset[str]) -> LockedImage:
     pinned = image.get("digest")
     if isinstance(pinned, str) and parsed.digest is None:
         parsed = type(parsed)(parsed.registry, parsed.name, parsed.tag, pinned)
+    if parsed.digest is not None and (pinned is None or pinned == parsed.digest):
+        if previous is not None and (previous.ref, previous.digest) == (ref, parsed.digest):
+            return previous  # resolved once already: the same pin, the same lock
+        return LockedImage(ref=ref, digest=parsed.digest, source="spec")
     resolved = resolve_manifest(parsed, insecure=insecure)
     return LockedImage(ref=ref, digest=resolved.digest, media_type=resolved.media_type, source="registry")
 
@@ -104,6 +111,18 @@ def _python(data: dict[str, Any], root: Path, requirements: str | None, *, from_
     return None if from_image else lock_python(default_requirements(data, root), root)
 
 
+def _previous_image(path: Path) -> LockedImage | None:
+    """The image of the lock already at ``path``, if it reads as one (a broken lock is rewritten)."""
+    from mxc.compiler.errors import SpecErrors
+    from mxc.compiler.lockfile import parse_lock
+    from mxc.specfiles import read_spec
+
+    try:
+        return parse_lock(str(path), read_spec(str(path)).decode("utf-8")).image
+    except (OSError, ValueError, SpecErrors, ReadRefused):
+        return None
+
+
 def make_lock(spec: str, *, requirements: str | None = None, lockfile: str | None = None,
               insecure: frozenset[str] = frozenset()) -> Locked:
     """Resolve ``spec``'s open pins; the lock, its canonical text, where it goes, and the bundle it makes."""
@@ -115,12 +134,13 @@ def make_lock(spec: str, *, requirements: str | None = None, lockfile: str | Non
     data = doc.data
     image = data.get("image")
     code = _mapping(data.get("code"))
+    out = Path(lockfile) if lockfile else lock_path(spec_path)
     try:
         lock = Lock(
             format=LOCK_FORMAT,
             spec=relative(spec_path, root),
             mxc_version=__version__,
-            image=lock_image(image, insecure) if isinstance(image, dict) else None,
+            image=lock_image(image, insecure, _previous_image(out)) if isinstance(image, dict) else None,
             code=lock_code(code),
             python=_python(data, root, requirements, from_image=code.get("from_image") is True),
         )
@@ -128,6 +148,5 @@ def make_lock(spec: str, *, requirements: str | None = None, lockfile: str | Non
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise UserError(f"{spec}: cannot lock {where}: {first['msg']}", "run: mxc build " + spec + " to see why") from None
-    out = Path(lockfile) if lockfile else lock_path(spec_path)
     bundle = compile_spec(spec, SpecFiles.for_spec(spec), mxc_version=__version__, lock=(shown(out), lock))
     return Locked(lock, lock_document(lock), out, bundle)

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 
-from mxc.compiler.check.catalogs import all_flag_versions, xla_catalog, xla_catalog_versions
+from mxc.compiler.check.catalogs import all_flag_versions, xla_catalog_versions
 from mxc.compiler.check.subject import FlagUse, Issue, Subject
+from mxc.compiler.check.xla_successors import successors, suggest
 from mxc.compiler.check.xla_tokens import value_problem
-from mxc.compiler.errors import did_you_mean
 
 
 @lru_cache(maxsize=4096)
 def _suggest_flag(name: str, version: str) -> str:
-    return did_you_mean(name, xla_catalog(version).flags)
+    return suggest(name, version)  # the successor of a renamed flag, never a deprecated one when a live one fits
 
 
 def _where(use: FlagUse) -> str:
@@ -101,7 +101,9 @@ def xla_flag_deprecated(s: Subject) -> Iterator[Issue]:
     for use in s.flag_uses:
         flag = s.xla.flags.get(use.name)
         if flag is not None and flag.deprecated and not use.problem:
-            yield Issue(use.path, f"{_where(use)} is deprecated in jaxlib {s.xla.jaxlib_version}: {flag.doc}")
+            successor = successors(s.xla.jaxlib_version).get(use.name)
+            hint = f"use --{successor.name}" + (f"={successor.value}" if successor.value else "") if successor else ""
+            yield Issue(use.path, f"{_where(use)} is deprecated in jaxlib {s.xla.jaxlib_version}: {flag.doc}", hint)
 
 
 def xla_flag_conflict(s: Subject) -> Iterator[Issue]:

@@ -8,6 +8,9 @@ each rank's run of config lines becomes one line saying how many were folded (``
 them). Folding is per rank because in a Slurm job's log (every line labelled ``R: `` by
 ``srun --label``) the ranks' dumps interleave; ``srun`` also cuts lines longer than 1024 bytes,
 so the pieces of a long value (``logical_axis_rules``) are folded with the line they continue.
+MaxText's notices about optional modules it replaced by stubs (``[NO-OP] mldiagnostics: dependency
+missing; using stub. (ModuleNotFoundError)``, six per rank at every start) are folded the same way
+into one line: they say nothing about the run and matched ``--grep Error``. ``--all`` keeps both.
 
 Times: a line carries one only when its writer logged it (absl ``I1124 01:47:28.578``, TSL
 ``2026-11-24 01:47:28.5:``, mxc's ``... at 2026-11-24T01:47:14.749Z``); a line without one takes
@@ -27,6 +30,8 @@ from mxc.errors import UserError
 
 SRUN_LABEL = re.compile(r"^\s*(\d+): ")
 CONFIG_LINE = re.compile(r"(?:^|\] )Config param [^:\s]+: ")
+# MaxText 0.2.5 (maxtext/utils/gcs_utils.py and friends) at import time, for each optional module it stubs
+NOTICE_LINE = re.compile(r"^\[NO-OP\] [\w.-]+: dependency missing; using stub\.")
 SRUN_LINE_LIMIT = 1024  # srun --label splits longer lines; the rest follows as new labelled lines
 MXC_TIME = re.compile(r"\bat (\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z)")
 DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -34,6 +39,11 @@ DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 def fold_line(count: int) -> str:
     return f"[... {count} config line{'s' if count != 1 else ''} folded; --config to show]"
+
+
+def notice_fold_line(count: int) -> str:
+    return (f"[... {count} MaxText notice{'s' if count != 1 else ''} of optional modules replaced by stubs "
+            "('[NO-OP] ... dependency missing; using stub') folded; --all to show]")
 
 
 def parse_since(text: str, now: datetime) -> float:
@@ -68,6 +78,7 @@ class Filter:
     grep: re.Pattern[str] | None = None
     since: float | None = None  # epoch seconds
     config: bool = False  # keep MaxText's config dump
+    notices: bool = False  # keep MaxText's [NO-OP] notices of stubbed optional modules
     attempts: bool = False  # only mxc's own lines
 
 
@@ -77,6 +88,7 @@ class _Rank:
 
     time: float | None = None
     folded: int = 0  # config lines held back since the last line shown
+    notices: int = 0  # [NO-OP] notices held back since the last line shown
     continues: bool = False  # the last line was a config line srun cut: the next one is its rest
 
 
@@ -110,6 +122,9 @@ class LogView:
         if is_config and not self.want.config:
             state.folded += 1
             return []
+        if not self.want.notices and NOTICE_LINE.match(text):
+            state.notices += 1
+            return []
         return [*self._release(rank, state), raw]
 
     def flush(self) -> list[str]:
@@ -134,8 +149,11 @@ class LogView:
         return self.want.grep is None or bool(self.want.grep.search(text))
 
     def _release(self, rank: int | None, state: _Rank) -> list[str]:
-        if not state.folded:
-            return []
         label = f"{rank}: " if self.labelled and rank is not None else ""
-        count, state.folded = state.folded, 0
-        return [label + fold_line(count)]
+        out = []
+        if state.folded:
+            out.append(label + fold_line(state.folded))
+        if state.notices:
+            out.append(label + notice_fold_line(state.notices))
+        state.folded = state.notices = 0
+        return out

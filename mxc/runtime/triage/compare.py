@@ -126,9 +126,16 @@ class Comparison:
             return self.step_time_b / self.step_time_a
         return None
 
+    @property
+    def differs(self) -> bool:
+        """The runs differ, as ``mxc diff`` means it (exit 1): a spec field, a significant environment
+        difference, or losses apart beyond the tolerance. Step time and notes are not differences."""
+        return bool(self.spec_changes or any(d.significant for d in self.drift)
+                    or self.losses.first_diverging_tolerance is not None)
+
     def as_dict(self) -> dict[str, Any]:
         return {
-            "a": self.a, "b": self.b,
+            "a": self.a, "b": self.b, "differs": self.differs,
             "spec_changes": [c.as_dict() for c in self.spec_changes],
             "environment": [{"what": d.what, "a": d.recorded, "b": d.now, "significant": d.significant} for d in self.drift],
             "losses": self.losses.as_dict(),
