@@ -18,6 +18,8 @@ COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc
                    "mxc.cli.check", "mxc.cli.triage", "mxc.cli.observe", "mxc.cli.completion",
                    "mxc.cli.housekeeping", "mxc.cli.stacks", "mxc.cli.importing",
                    "mxc.remote.commands")  # last: it adds --cluster to commands registered before it
+# Commands mxc calls itself (over ssh, mxc/remote/agent.py), not users: left out of mxc --help's list.
+HIDDEN_COMMANDS = frozenset({"remote-agent"})
 
 DESCRIPTION = """\
 Compile MaxText training job specs into immutable, hash-addressed bundles, and run them.
