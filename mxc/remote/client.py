@@ -81,7 +81,7 @@ def submit(cluster: Cluster, bundle: Any, argv: list[str], told: Callable[[Trans
     started = time.monotonic()
     transfer: Transfer | None = None
     with ssh.opened(cluster, agent_command(cluster, "submit", bundle.hash, *argv), stdout=subprocess.PIPE) as process:
-        assert process.stdin is not None and process.stdout is not None
+        assert process.stdin is not None and isinstance(process.stdout, io.BufferedReader)  # Popen's, buffered
         sent = (0, 0)
         said = f"{MARK} {bundle.hash} "
         while transfer is None and (line := process.stdout.readline(1 << 16)):
