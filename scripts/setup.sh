@@ -10,7 +10,7 @@ want_test=0
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 APT_RUN=(git ca-certificates procps iproute2)
-APT_TEST=(shellcheck slurmctld slurmd slurm-client munge prometheus podman runc buildah skopeo
+APT_TEST=(shellcheck openssh-server slurmctld slurmd slurm-client munge prometheus podman runc buildah skopeo
           docker-registry nix-bin gdb chromium zsh fish)
 
 apt_install() {

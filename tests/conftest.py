@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from tests.remote_support import Sshd
     from tests.slurm_cluster import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,6 +114,16 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 
     with running_cluster(nodes=2, gpus=4) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[Sshd]:
+    """A throw-away OpenSSH server on 127.0.0.1 for the whole session (tests/remote_support.py): the
+    remote tests' login node, one for both files (its start makes three keys)."""
+    from tests.remote_support import running_sshd
+
+    with running_sshd() as server:
+        yield server
 
 
 @pytest.fixture

@@ -16,7 +16,10 @@ from mxc import __version__
 # One module per group of commands; each has register(subparsers).
 COMMAND_MODULES = ("mxc.cli.bundles", "mxc.cli.runs", "mxc.cli.slurm_cmds", "mxc.cli.watch", "mxc.cli.wait", "mxc.cli.lock",
                    "mxc.cli.check", "mxc.cli.triage", "mxc.cli.observe", "mxc.cli.completion",
-                   "mxc.cli.housekeeping", "mxc.cli.stacks", "mxc.cli.importing")
+                   "mxc.cli.housekeeping", "mxc.cli.stacks", "mxc.cli.importing",
+                   "mxc.remote.commands")  # last: it adds --cluster to commands registered before it
+# Commands mxc calls itself (over ssh, mxc/remote/agent.py), not users: left out of mxc --help's list.
+HIDDEN_COMMANDS = frozenset({"remote-agent"})
 
 DESCRIPTION = """\
 Compile MaxText training job specs into immutable, hash-addressed bundles, and run them.
@@ -50,6 +53,7 @@ Compile MaxText training job specs into immutable, hash-addressed bundles, and r
   mxc gc --older-than 30d       what old runs, bundles, code and images would go (--yes removes them)
   mxc rm RUN|BUNDLE...          remove named runs and bundles (never a live run)
   mxc import maxtext-slurm CONFIG.gpu.yml --env train_env.sh   a MaxText-Slurm config as an mxc spec
+  mxc cluster add hpc alice@login      a cluster profile; then mxc run|runs|logs|wait|cancel|... --cluster hpc
 
 Exit codes: 0 success, 1 a check found a difference or a problem, 2 bad input.
 """
@@ -76,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.raw_argv = list(sys.argv[1:] if argv is None else argv)  # what --cluster sends on (mxc/remote/commands.py)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

@@ -123,12 +123,13 @@ def job_exports(request: RunRequest, run: RunDir, resubmits: int = 0) -> dict[st
 def sbatch_argv(bundle_dir: Path, run: RunDir, exports: Mapping[str, str]) -> list[str]:
     """``sbatch`` with the output in the run directory (appended across requeues) and the exports.
 
-    ``--export`` separates variables with commas, so a value holding one cannot be passed.
+    ``--export`` separates variables with commas, so a value holding one cannot be passed; one holding
+    a quote sbatch calls "improperly formed" and the job starts without it (MXC_RUN_DIR missing).
     """
     for key, value in exports.items():
-        if "," in value or "\n" in value:
-            raise UserError(f"{key}={value!r} cannot be passed to sbatch --export (it splits on commas)",
-                            "use paths without commas for MXC_HOME and the bundle store")
+        if any(char in value for char in ",\n'\""):
+            raise UserError(f"{key}={value!r} cannot be passed to sbatch --export (it splits on commas and refuses "
+                            "quotes)", "use paths without commas or quotes for MXC_HOME, MXC_RUNS_DIR and the bundle store")
     export = ",".join(["ALL", *(f"{k}={v}" for k, v in sorted(exports.items()))])
     return ["sbatch", "--parsable", f"--output={run.log}", f"--chdir={run.path}", f"--export={export}",
             str(bundle_dir / "job.sbatch")]
