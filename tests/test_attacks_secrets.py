@@ -11,7 +11,6 @@ import base64
 import json
 import os
 import re
-import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -497,41 +496,29 @@ def _events(path: Path) -> list[Any]:
     return list(LegacyEventFileLoader(str(path)).Load())
 
 
-def _wait_for_records(path: Path, count: int, flush: Any) -> None:
-    """Until ``path`` holds ``count`` complete TFRecords: tensorboardX's writer thread takes events
-    from a queue, and ``flush`` flushes only what that thread has written so far."""
-    deadline = time.monotonic() + 120
-    while True:
-        flush()
-        data, offset, records = path.read_bytes(), 0, 0
-        while offset + 12 <= len(data) and offset + 16 + int.from_bytes(data[offset:offset + 8], "little") <= len(data):
-            offset += 16 + int.from_bytes(data[offset:offset + 8], "little")
-            records += 1
-        if records >= count:
-            return
-        assert time.monotonic() < deadline, f"{path}: {records} record(s), waited for {count}"
-        time.sleep(0.05)
-
-
 def test_a_secret_in_an_event_file_is_masked_and_the_file_stays_valid(tmp_path: Path) -> None:
-    """What MaxText's add_config_to_summary_writer writes (tensorboardX add_text), masked in place:
+    """What MaxText's add_config_to_summary_writer writes (tensorboardX's text summaries), masked in place:
     the token is gone in every form, every record still passes TensorBoard's CRC check, the other
     summaries are untouched, and records appended later are scrubbed on the next look."""
-    from tensorboardX import SummaryWriter  # type: ignore[import-untyped]
+    from tensorboardX.event_file_writer import EventsWriter  # type: ignore[import-untyped]
+    from tensorboardX.proto.event_pb2 import Event  # type: ignore[import-untyped]
+    from tensorboardX.summary import scalar, text  # type: ignore[import-untyped]
 
     from mxc.node.eventscrub import EventScrubber, crc32c
 
     assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value (RFC 3720, B.4)
-    writer = SummaryWriter(str(tmp_path / "tensorboard" / "run"))
-    writer.add_text("hf_access_token", HF)
-    writer.add_text("base_emb_dim", "64")
-    writer.add_scalar("learning/loss", 6.25, 0)
+    # add_text/add_scalar make these summaries and hand them to a thread that writes them with an
+    # EventsWriter; written here directly, every record is in the file when write_event returns
+    (tmp_path / "tensorboard" / "run").mkdir(parents=True)
+    writer = EventsWriter(str(tmp_path / "tensorboard" / "run" / "events"))
+    for summary in (text("hf_access_token", HF), text("base_emb_dim", "64"), scalar("learning/loss", 6.25)):
+        writer.write_event(Event(summary=summary, step=0))
+    writer.flush()
     [path] = (tmp_path / "tensorboard").rglob("*tfevents*")
-    _wait_for_records(path, 4, writer.flush)  # the file's own header event and the three summaries
     size = path.stat().st_size
     scrubber = EventScrubber(tmp_path / "tensorboard", [HF])
     assert scrubber.scan() == 1 and path.stat().st_size == size
-    writer.add_text("hub_token_copy", f"Bearer {base64.b64encode(HF.encode()).decode()}")
+    writer.write_event(Event(summary=text("hub_token_copy", f"Bearer {base64.b64encode(HF.encode()).decode()}"), step=0))
     writer.close()
     assert scrubber.scan() == 1 and scrubber.scan() == 0
     data = path.read_bytes().decode("latin-1")
